@@ -1,0 +1,43 @@
+"""Error feedback: what a codec drops this round is added back to the next round's update."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .base import Codec, check_vector
+
+__all__ = ["ErrorFeedback"]
+
+
+class ErrorFeedback:
+    """Residual accumulation around any codec (EF-SGD; Deep Gradient Compression).
+
+    A biased codec such as top-k at a small ratio drops most of every update; without feedback the
+    dropped coordinates are lost for good and accuracy falls. With it nothing is lost, only delayed:
+    over any number of rounds, sum(decoded payloads) + final residual == sum(updates).
+
+    Per round:
+      1. corrected = update + residual (no residual yet: zeros)
+      2. payload = codec.encode(corrected)
+      3. new residual = corrected - codec.decode(payload), what the server did not receive
+    The caller keeps the residual (one per client, across rounds) and passes it back next round.
+    """
+
+    def __init__(self, codec: Codec):
+        self.codec = codec
+
+    def encode(self, update: np.ndarray, residual: np.ndarray | None) -> tuple[bytes, np.ndarray]:
+        """(payload, new float32 residual) for this round's `update`."""
+        corrected = check_vector(update)
+        if residual is not None:
+            residual = check_vector(residual)
+            if residual.shape != corrected.shape:
+                raise ValueError(f"residual has shape {residual.shape}, update has {corrected.shape}")
+            corrected = corrected + residual
+        payload = self.codec.encode(corrected)
+        # Decoding what was sent (rather than trusting the codec's internals) gives exactly what the server sees.
+        new_residual = corrected - self.codec.decode(payload, corrected.size)
+        return payload, new_residual
+
+    def __repr__(self) -> str:
+        return f"ErrorFeedback({self.codec!r})"

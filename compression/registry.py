@@ -1,0 +1,66 @@
+"""Registry of compression protocols: config names -> codec classes.
+
+The config's `compression_protocol` is looked up here, so a typo fails when the config is composed,
+with an error that lists every registered name. The seed framework's class names (`TopKProtocol`)
+are accepted as aliases so old configs keep working.
+"""
+
+from __future__ import annotations
+
+__all__ = ["UnknownProtocolError", "register", "get", "canonical", "names"]
+
+
+class UnknownProtocolError(ValueError):
+    """A compression protocol name that nothing registered."""
+
+
+_classes: dict[str, type] = {}  # canonical name -> codec class
+_canonical_of: dict[str, str] = {}  # canonical name or alias -> canonical name
+
+
+def register(name: str, cls, aliases: tuple[str, ...] = ()):
+    """Register `cls` under the canonical `name` and its `aliases`; returns `cls`.
+
+    Registering the same class again is a no-op (module reloads); a name or alias that is already
+    taken by another protocol (compared case-insensitively, since lookup falls back to that)
+    raises ValueError.
+    """
+    if name in _classes and _classes[name] is not cls:
+        raise ValueError(f"compression protocol {name!r} is already registered to {_classes[name].__name__}")
+    for key in (name, *aliases):
+        for taken, owner in _canonical_of.items():
+            if taken.lower() == key.lower() and owner != name:
+                raise ValueError(f"name {key!r} is already registered to compression protocol {owner!r}")
+    _classes[name] = cls
+    for key in (name, *aliases):
+        _canonical_of[key] = name
+    return cls
+
+
+def canonical(name: str) -> str:
+    """The canonical name for a canonical name or alias (exact match first, then case-insensitive)."""
+    if name in _canonical_of:
+        return _canonical_of[name]
+    for key, owner in _canonical_of.items():
+        if isinstance(name, str) and key.lower() == name.lower():
+            return owner
+    raise UnknownProtocolError(f"unknown compression protocol {name!r}; registered: {_listing()}")
+
+
+def get(name: str) -> type:
+    """The codec class registered under `name` (canonical name or alias)."""
+    return _classes[canonical(name)]
+
+
+def names() -> list[str]:
+    """Canonical names, sorted."""
+    return sorted(_classes)
+
+
+def _listing() -> str:
+    """'none, topk (aliases: TopKProtocol)': what an error message shows."""
+    parts = []
+    for name in names():
+        aliases = [key for key, owner in _canonical_of.items() if owner == name and key != name]
+        parts.append(f"{name} (aliases: {', '.join(aliases)})" if aliases else name)
+    return ", ".join(parts) or "nothing"

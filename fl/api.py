@@ -1,0 +1,62 @@
+"""The Python API, keeping the older framework's call working:
+
+    fl.run_server(mask_protocol='DHProtocol', compression_protocol='TopKProtocol',
+                  server_with_compression=True, client_with_compression=True, compress_ratio=0.5,
+                  rounds=5, backend='inline', **{'dataset.partition': 'dirichlet'})
+"""
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: F401
+
+import compression
+import secagg
+from fl.config import ConfigError, FLConfig, register_schema
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+_FL_KEYS = {f.name for f in fields(FLConfig)}
+
+
+def compose(overrides: list[str] | None = None) -> DictConfig:
+    """The Hydra config that `python simulate.py <overrides>` would run."""
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    register_schema()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=list(overrides or []))
+
+
+def build_config(mask_protocol: str = "DHProtocol", compression_protocol: str = "TopKProtocol",
+                 server_with_compression: bool = True, client_with_compression: bool = True,
+                 compress_ratio: float = 0.5, **other_config: Any) -> DictConfig:
+    """Map the seed framework's names onto the config. Other keys: dotted paths ('dataset.alpha'),
+    `fl` fields by their short name (`rounds`, `num_clients`, ...) or top-level keys (`seed`, `backend`)."""
+    try:
+        groups = [f"secagg={secagg.canonical(mask_protocol)}", f"compression={compression.canonical(compression_protocol)}"]
+    except (secagg.UnknownProtocolError, compression.UnknownProtocolError) as err:
+        raise ConfigError(str(err)) from None
+    cfg = compose(groups)
+    values = {"compression.server": server_with_compression, "compression.client": client_with_compression,
+              "compression.ratio": compress_ratio}
+    for key, value in other_config.items():
+        values[f"fl.{key}" if key in _FL_KEYS else key] = value
+    for key, value in values.items():
+        try:
+            OmegaConf.update(cfg, key, value, merge=False)  # struct mode: an unknown key raises
+        except Exception as err:
+            raise ConfigError(f"cannot set {key}={value!r}: {err}") from None
+    return cfg
+
+
+def run_server(mask_protocol: str = "DHProtocol", compression_protocol: str = "TopKProtocol",
+               server_with_compression: bool = True, client_with_compression: bool = True,
+               compress_ratio: float = 0.5, **other_config: Any) -> pd.DataFrame:
+    """Run one simulation with the seed framework's switches; returns its per-round rows."""
+    from fl.simulation import run
+
+    return run(build_config(mask_protocol, compression_protocol, server_with_compression,
+                            client_with_compression, compress_ratio, **other_config))

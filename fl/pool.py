@@ -1,0 +1,65 @@
+"""A small pool of long-lived workers: Ray actors (`backend=ray`) or the same class in-process (`inline`).
+
+One call per worker per exchange, each carrying all of that worker's clients; never one call per client.
+"""
+from __future__ import annotations
+
+import os
+
+from fl.worker import Worker
+
+
+def pool_size(cfg) -> int:
+    wanted = cfg.ray.num_workers or (os.cpu_count() or 1)
+    return max(1, min(int(wanted), cfg.fl.clients_per_round))
+
+
+class InlinePool:
+    def __init__(self, cfg_dict: dict, size: int):
+        self.workers = [Worker(cfg_dict, i) for i in range(size)]
+
+    def put(self, data):
+        return data
+
+    def call(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        return {w: getattr(self.workers[w], method)(*args) for w, args in args_per_worker.items()}
+
+    def close(self) -> None:
+        self.workers = []
+
+
+class RayPool:
+    """Starts Ray once (no dashboard) unless it is already running, and shuts down only what it started."""
+
+    def __init__(self, cfg_dict: dict, size: int, address: str | None, num_cpus: float, num_gpus: float):
+        import ray
+
+        self._ray = ray
+        self._started = False
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=True,
+                     configure_logging=False, **({} if address else {"num_cpus": os.cpu_count()}))
+            self._started = True
+        actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(Worker)
+        self.workers = [actor.remote(cfg_dict, i) for i in range(size)]
+
+    def put(self, data):
+        return self._ray.put(data)  # one copy in the object store, read by every worker
+
+    def call(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        refs = {w: getattr(self.workers[w], method).remote(*args) for w, args in args_per_worker.items()}
+        return dict(zip(refs, self._ray.get(list(refs.values()))))
+
+    def close(self) -> None:
+        for w in self.workers:
+            self._ray.kill(w)
+        self.workers = []
+        if self._started:
+            self._ray.shutdown()
+
+
+def make_pool(cfg, cfg_dict: dict):
+    size = pool_size(cfg)
+    if cfg.backend == "inline":
+        return InlinePool(cfg_dict, size)
+    return RayPool(cfg_dict, size, cfg.ray.address, cfg.ray.num_cpus_per_worker, cfg.ray.num_gpus_per_worker)

@@ -1,0 +1,69 @@
+"""Tidy per-round rows, written as the run goes: `<results.dir>/<config_hash>/rounds.csv`.
+
+A run that finished leaves `done.json` beside its rows and is skipped on rerun. Rows of a run that
+was killed are kept: the next run moves them to `rounds.incomplete-<run_id>.csv` and starts afresh,
+so nothing already written is ever overwritten.
+"""
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import pandas as pd
+
+# Keys that say how a run executes, not what it computes: they do not change the config hash.
+EXECUTION_KEYS = ("backend", "ray", "results")
+
+COLUMNS = [
+    "run_id", "config_hash", "seed", "dataset", "partition", "model", "n_params", "num_clients",
+    "clients_per_round", "compression", "ratio", "client_compression", "server_compression", "error_feedback",
+    "index_policy", "secagg", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
+    "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "rejected", "aborted",
+    "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate", "t_round",
+    "state_bytes",
+]
+
+
+def config_hash(cfg_dict: dict) -> str:
+    what = {k: v for k, v in cfg_dict.items() if k not in EXECUTION_KEYS}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class RunLog:
+    def __init__(self, root: str | Path, chash: str, run_id: str):
+        self.dir = Path(root) / chash
+        self.path = self.dir / "rounds.csv"
+        self.done_path = self.dir / "done.json"
+        self.run_id = run_id
+        self._file = None
+
+    def finished(self) -> bool:
+        return self.done_path.exists() and self.path.exists()
+
+    def read(self) -> pd.DataFrame:
+        return pd.read_csv(self.path)
+
+    def start(self, cfg_dict: dict) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():  # a killed run: keep its rows under another name
+            self.path.rename(self.dir / f"rounds.incomplete-{self.run_id}.csv")
+        (self.dir / "config.json").write_text(json.dumps(cfg_dict, indent=2, sort_keys=True))
+        self._file = open(self.path, "x", newline="")
+        self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
+        self._writer.writeheader()
+        self._file.flush()
+
+    def write(self, row: dict) -> None:
+        self._writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        self._file.flush()
+
+    def finish(self, summary: dict) -> None:
+        self.close()
+        self.done_path.write_text(json.dumps(summary, indent=2, sort_keys=True))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None

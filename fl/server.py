@@ -1,0 +1,93 @@
+"""The server: global weights, the broadcast, and streaming aggregation (never all updates at once)."""
+from __future__ import annotations
+
+import numpy as np
+
+import compression
+import secagg
+from fl import wire
+from fl.policy import broadcast_codec
+
+
+class Broadcaster:
+    """Encodes what clients receive. Round 0 (and every round without server compression) sends the
+    dense model; with server compression, the codec of (global - what clients hold): the part not
+    sent stays in that difference, which is server-side error feedback."""
+
+    def __init__(self, cfg, length: int):
+        self.codec = broadcast_codec(cfg)
+        self.dense = compression.get("none")()
+        self.length = length
+        self.view: np.ndarray | None = None  # the weights every client holds after the last broadcast
+
+    def encode(self, round: int, global_weights: np.ndarray, positions: np.ndarray | None = None,
+               index_seed: int = 0) -> bytes:
+        if self.view is None or self.codec.name == "none":
+            codec, is_delta, payload = self.dense, False, self.dense.encode(global_weights)
+            self.view = global_weights.copy()
+        else:
+            codec, is_delta = self.codec, True
+            payload = codec.encode(global_weights - self.view)
+            self.view += codec.decode(payload, self.length)
+        return wire.encode_broadcast(round, codec.name, self.length, is_delta, payload,
+                                     **wire.index_set_fields(positions, index_seed, self.length))
+
+
+class PlainAggregator:
+    """Weighted FedAvg of decoded client updates, summed one message at a time."""
+
+    def __init__(self, round: int, length: int):
+        self.round, self.length = round, length
+        self.total = np.zeros(length, np.float64)
+        self.weight = 0.0
+        self.rejected = 0
+
+    def add(self, message: bytes) -> None:
+        msg = wire.decode_update(message, self.round, self.length)
+        try:
+            update = compression.get(msg.codec)().decode(msg.payload, self.length)
+        except ValueError:  # includes compression.DecodeError: a non-finite or malformed payload is never summed
+            self.rejected += 1
+            raise
+        self.total += msg.weight * update.astype(np.float64)
+        self.weight += msg.weight
+
+    def result(self) -> np.ndarray | None:
+        return None if self.weight == 0 else (self.total / self.weight).astype(np.float32)
+
+
+class MaskedAggregator:
+    """Server side of a masked round: the mask protocol's state machine plus dequantization.
+
+    The masked vector is [k weighted values at the shared index set | weight | residual sketch];
+    the server only ever sees the sum of all clients' vectors."""
+
+    def __init__(self, cfg, session: bytes, cohort: list[int], k: int, sketch_cells: int):
+        self.k, self.sketch_cells = k, sketch_cells
+        self.length = k + 1 + sketch_cells
+        self.state = secagg.get(cfg.secagg.name).Server(session, cohort, self.length)
+        n_max = cfg.fl.clients_per_round
+        self.q_values = secagg.FixedPointQuantizer(cfg.secagg.clip, n_max)
+        self.q_weight = secagg.FixedPointQuantizer(cfg.secagg.max_weight, n_max)
+        self.q_sketch = secagg.FixedPointQuantizer(cfg.secagg.sketch_clip, n_max)
+
+    def add_keys(self, message: bytes) -> None:
+        self.state.receive_keys(wire.decode_advertise(message))
+
+    def roster(self) -> bytes:
+        return wire.encode_roster(self.state.roster())
+
+    def add(self, message: bytes) -> None:
+        self.state.add(wire.decode_masked(message, self.length))
+
+    def result(self) -> tuple[np.ndarray, float, np.ndarray | None]:
+        """(mean update at the index set, summed weight, summed sketch or None); raises RoundAborted."""
+        total = self.state.result()
+        weight = float(self.q_weight.dequantize(total[self.k:self.k + 1])[0])
+        if not weight > 0:
+            raise secagg.RoundAborted(f"summed FedAvg weight {weight} is not positive")
+        values = (self.q_values.dequantize(total[:self.k]) / weight).astype(np.float32)
+        sketch = None
+        if self.sketch_cells:
+            sketch = self.q_sketch.dequantize(total[self.k + 1:]).astype(np.float32)
+        return values, weight, sketch

@@ -1,0 +1,181 @@
+"""The federated loop. One round:
+
+1. sample the cohort (seeded); choose the shared index set when masking;
+2. broadcast: encode the model once, put it in the object store once, count it per receiving client;
+3. without masking: each worker trains its clients and returns their ClientUpdate messages;
+   with masking: advertise keys -> roster -> each worker trains, masks and returns MaskedInputs;
+4. the server decodes and sums message by message, in client-id order, and applies the mean update;
+5. evaluate on the test split and write the round's row.
+"""
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections import defaultdict
+
+import numpy as np
+import pandas as pd
+import torch
+from tqdm import tqdm
+
+import secagg
+from fl import seeds
+from fl.config import as_dict, validate
+from fl.data import load_dataset
+from fl.models import build_model, get_flat, set_flat
+from fl.policy import make_index_policy, masks, shared_k
+from fl.pool import make_pool, pool_size
+from fl.results import RunLog, config_hash
+from fl.server import Broadcaster, MaskedAggregator, PlainAggregator
+from fl.training import evaluate
+
+
+def run(cfg) -> pd.DataFrame:
+    """Validate, run (or skip, if this configuration already finished) and return the per-round rows."""
+    cfg = validate(cfg)
+    cfg_dict = as_dict(cfg)
+    chash = config_hash(cfg_dict)
+    run_id = uuid.uuid4().hex[:12]
+    log = RunLog(cfg.results.dir, chash, run_id)
+    if log.finished():
+        print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
+        return log.read()
+
+    data = load_dataset(cfg.dataset, cfg.seed)
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg.model, data.num_features, data.num_classes).to(cfg.device)
+    weights = get_flat(model)
+    length = len(weights)
+    masked = masks(cfg)
+    policy = make_index_policy(cfg, length)
+    k = shared_k(cfg, length) if masked else length
+    broadcaster = Broadcaster(cfg, length)
+    size = pool_size(cfg)
+    static = {
+        "run_id": run_id, "config_hash": chash, "seed": cfg.seed, "dataset": cfg.dataset.name,
+        "partition": cfg.dataset.partition, "model": cfg.model.name, "n_params": length,
+        "num_clients": cfg.fl.num_clients, "clients_per_round": cfg.fl.clients_per_round,
+        "compression": cfg.compression.name, "ratio": cfg.compression.ratio,
+        "client_compression": cfg.compression.client, "server_compression": broadcaster.codec.name != "none",
+        "error_feedback": cfg.compression.error_feedback, "secagg": cfg.secagg.name,
+        "index_policy": policy.name if policy is not None else "per-client",
+    }
+    last_sync: dict[int, int] = {}
+    broadcast_sizes: list[int] = []
+    rows = []
+    pool = make_pool(cfg, cfg_dict)
+    log.start(cfg_dict)
+    try:
+        bar = tqdm(range(cfg.fl.rounds), desc=f"fedsqueeze {chash}", unit="round")
+        for r in bar:
+            t_round = time.perf_counter()
+            row = dict(static, round=r, rejected=0, aborted=False)
+            stats: dict[str, float] = defaultdict(float)
+            cohort = seeds.cohort(cfg.seed, r, cfg.fl.num_clients, cfg.fl.clients_per_round)
+            by_worker: dict[int, list[int]] = defaultdict(list)
+            for cid in cohort:
+                by_worker[cid % size].append(cid)  # sticky: a client's state stays with one worker
+
+            positions, index_seed = policy.positions(r) if policy is not None else (None, 0)
+            t0 = time.perf_counter()
+            broadcast = broadcaster.encode(r, weights, positions, index_seed)
+            stats["t_broadcast"] = time.perf_counter() - t0
+            bytes_down = _broadcast_bytes(cohort, r, len(broadcast), broadcast_sizes, last_sync)
+            ref = pool.put(broadcast)
+
+            bytes_payload = bytes_protocol = bytes_sketch = 0
+            if masked:
+                session = secagg.session_id(run_id, r, cohort)
+                sketch = policy.sketch(r)
+                cells = sketch.rows * sketch.cols if sketch is not None else 0
+                agg = MaskedAggregator(cfg, session, cohort, k, cells)
+                replies = pool.call("advertise", {w: (r, session, cohort, c, agg.length) for w, c in by_worker.items()})
+                for cid, msg in _in_client_order(replies, stats):
+                    bytes_protocol += len(msg)
+                    agg.add_keys(msg)
+                roster = agg.roster()
+                bytes_down += len(roster) * len(cohort)
+                replies = pool.call("masked_round", {w: (ref, r, roster, c) for w, c in by_worker.items()})
+                for cid, msg in _in_client_order(replies, stats):
+                    if msg is None:  # the client could not send (non-finite update): the round cannot finish
+                        row["rejected"] += 1
+                        continue
+                    bytes_payload += len(msg)
+                    t0 = time.perf_counter()
+                    agg.add(msg)
+                    stats["t_aggregate"] += time.perf_counter() - t0
+                bytes_sketch = 4 * cells * len(cohort)
+                t0 = time.perf_counter()
+                values, _, table = agg.result()  # raises RoundAborted if any client is missing
+                weights[positions] += values
+                policy.observe(r, positions, values, None if table is None else table.reshape(sketch.rows, sketch.cols))
+                stats["t_decode"] += time.perf_counter() - t0
+            else:
+                replies = pool.call("plain_round", {w: (ref, r, c) for w, c in by_worker.items()})
+                agg = PlainAggregator(r, length)
+                for cid, msg in _in_client_order(replies, stats):
+                    if msg is None:
+                        row["rejected"] += 1
+                        continue
+                    bytes_payload += len(msg)
+                    t0 = time.perf_counter()
+                    try:
+                        agg.add(msg)
+                    except ValueError as err:  # malformed or non-finite: rejected, never aggregated
+                        row["rejected"] += 1
+                        tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
+                    stats["t_aggregate"] += time.perf_counter() - t0
+                update = agg.result()
+                if update is not None:
+                    weights += update
+
+            t0 = time.perf_counter()
+            if r % cfg.fl.eval_every == 0 or r == cfg.fl.rounds - 1:
+                set_flat(model, weights)
+                row["accuracy"], row["loss"] = evaluate(model, data.x_test, data.y_test, cfg.device)
+            stats["t_evaluate"] = time.perf_counter() - t0
+            row.update(
+                bytes_up=bytes_payload + bytes_protocol, bytes_up_payload=bytes_payload,
+                bytes_up_protocol=bytes_protocol, bytes_up_sketch=bytes_sketch,
+                bytes_up_per_client=(bytes_payload + bytes_protocol) / len(cohort),
+                bytes_down=bytes_down, bytes_down_per_client=bytes_down / len(cohort),
+                t_round=time.perf_counter() - t_round, **{f"t_{k}" if not k.startswith("t_") and k != "state_bytes"
+                                                         else k: v for k, v in stats.items()})
+            log.write(row)
+            rows.append(row)
+            if "accuracy" in row:
+                bar.set_postfix(acc=f"{row['accuracy']:.3f}", up=f"{row['bytes_up'] / 1e6:.2f}MB",
+                                down=f"{bytes_down / 1e6:.2f}MB")
+        bar.close()
+    finally:
+        pool.close()
+        log.close()
+    frame = pd.DataFrame(rows)
+    log.finish({"run_id": run_id, "rounds": len(rows), "final_accuracy": rows[-1].get("accuracy"),
+                "bytes_up": int(frame["bytes_up"].sum()), "bytes_down": int(frame["bytes_down"].sum())})
+    print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
+          f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
+    return frame
+
+
+def _in_client_order(replies: dict, stats: dict):
+    """Messages of all workers in client-id order (so the sum does not depend on the pool), timings summed."""
+    messages = []
+    for out, timings in replies.values():
+        messages.extend(out)
+        for key, value in timings.items():
+            stats[key] = stats.get(key, 0.0) + value if key != "state_bytes" else value
+    return sorted(messages, key=lambda m: m[0])
+
+
+def _broadcast_bytes(cohort, r, size, sizes, last_sync) -> int:
+    """Downlink bytes: this broadcast per client, plus what a client that missed rounds must fetch
+    to catch up (the missed broadcasts, at most one dense model: the round-0 broadcast's size)."""
+    total = 0
+    for cid in cohort:
+        missed = sizes[last_sync.get(cid, -1) + 1:r]
+        total += size + (min(sum(missed), sizes[0]) if missed else 0)
+        last_sync[cid] = r
+    sizes.append(size)
+    return total

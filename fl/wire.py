@@ -1,0 +1,164 @@
+"""Protobuf wire format: every message serialized exactly as sent, decoded strictly, never unpickled.
+
+Bytes on the wire are `len()` of what these `encode_*` functions return. Decoding checks the
+version, the message's fields and a CRC-32 of the bulk bytes, and raises `WireError` naming the
+problem. Codec payloads are opaque bytes here; the codec itself validates their layout.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+from google.protobuf.message import DecodeError as _ProtobufDecodeError
+
+import secagg
+from compression import DecodeError as CodecDecodeError
+from compression.topk import decode_positions, encode_positions
+from fl import wire_pb2 as pb
+
+VERSION = 1
+KEY_BYTES = 32
+SESSION_BYTES = 32
+
+
+class WireError(ValueError):
+    """A message that cannot be decoded: truncated, altered, of another version, or inconsistent."""
+
+
+def _parse(cls, data: bytes, what: str):
+    msg = cls()
+    try:
+        msg.ParseFromString(bytes(data))
+    except _ProtobufDecodeError as err:
+        raise WireError(f"{what}: malformed or truncated protobuf ({err})") from None
+    if msg.version != VERSION:
+        raise WireError(f"{what}: wire version {msg.version}, expected {VERSION} (truncated or from another build)")
+    return msg
+
+
+def _checked(what: str, field: str, data: bytes, crc: int) -> bytes:
+    if zlib.crc32(data) != crc:
+        raise WireError(f"{what}: checksum mismatch on {field} ({len(data)} bytes): altered or truncated in transit")
+    return data
+
+
+def _need(cond: bool, what: str, problem: str) -> None:
+    if not cond:
+        raise WireError(f"{what}: {problem}")
+
+
+# --- model broadcast (server -> clients) -------------------------------------------------------
+
+def encode_broadcast(round: int, codec: str, length: int, is_delta: bool, payload: bytes,
+                     index_seed: int = 0, index_count: int = 0, index_positions: bytes = b"") -> bytes:
+    return pb.ModelBroadcast(
+        version=VERSION, round=round, codec=codec, length=length, is_delta=is_delta, payload=payload,
+        index_seed=index_seed, index_count=index_count, index_positions=index_positions,
+        checksum=zlib.crc32(payload)).SerializeToString()
+
+
+def decode_broadcast(data: bytes, length: int) -> pb.ModelBroadcast:
+    what = "model broadcast"
+    msg = _parse(pb.ModelBroadcast, data, what)
+    _need(msg.length == length, what, f"model length {msg.length}, expected {length}")
+    _need(bool(msg.codec), what, "missing codec name (truncated?)")
+    _checked(what, "payload", msg.payload, msg.checksum)
+    return msg
+
+
+# --- client update without masking --------------------------------------------------------------
+
+def encode_update(round: int, client_id: int, codec: str, length: int, weight: float, payload: bytes) -> bytes:
+    return pb.ClientUpdate(version=VERSION, round=round, client_id=client_id, codec=codec, length=length,
+                           weight=weight, payload=payload, checksum=zlib.crc32(payload)).SerializeToString()
+
+
+def decode_update(data: bytes, round: int, length: int) -> pb.ClientUpdate:
+    what = "client update"
+    msg = _parse(pb.ClientUpdate, data, what)
+    _need(msg.round == round, what, f"round {msg.round}, expected {round} (replayed or stale)")
+    _need(msg.length == length, what, f"update length {msg.length}, expected {length}")
+    _need(bool(msg.codec), what, "missing codec name (truncated?)")
+    _need(np.isfinite(msg.weight) and msg.weight > 0, what, f"weight {msg.weight} is not a positive number")
+    _checked(what, "payload", msg.payload, msg.checksum)
+    return msg
+
+
+# --- secure aggregation -------------------------------------------------------------------------
+
+def encode_advertise(m: secagg.AdvertiseKeys) -> bytes:
+    return pb.AdvertiseKeys(version=VERSION, session=m.session, client_id=m.client_id,
+                            public_key=m.public_key).SerializeToString()
+
+
+def decode_advertise(data: bytes) -> secagg.AdvertiseKeys:
+    what = "advertise-keys message"
+    msg = _parse(pb.AdvertiseKeys, data, what)
+    _need(len(msg.session) == SESSION_BYTES, what, f"session id of {len(msg.session)} bytes, expected {SESSION_BYTES}")
+    _need(len(msg.public_key) == KEY_BYTES, what, f"public key of {len(msg.public_key)} bytes, expected {KEY_BYTES}")
+    return secagg.AdvertiseKeys(session=msg.session, client_id=msg.client_id, public_key=msg.public_key)
+
+
+def encode_roster(m: secagg.KeyRoster) -> bytes:
+    entries = [pb.KeyRoster.Entry(client_id=cid, public_key=key) for cid, key in m.public_keys]
+    return pb.KeyRoster(version=VERSION, session=m.session, entries=entries).SerializeToString()
+
+
+def decode_roster(data: bytes) -> secagg.KeyRoster:
+    what = "key roster"
+    msg = _parse(pb.KeyRoster, data, what)
+    _need(len(msg.session) == SESSION_BYTES, what, f"session id of {len(msg.session)} bytes, expected {SESSION_BYTES}")
+    _need(len(msg.entries) > 0, what, "no public keys (truncated?)")
+    for e in msg.entries:
+        _need(len(e.public_key) == KEY_BYTES, what,
+              f"public key of client {e.client_id} has {len(e.public_key)} bytes, expected {KEY_BYTES}")
+    return secagg.KeyRoster(session=msg.session, public_keys=tuple((e.client_id, e.public_key) for e in msg.entries))
+
+
+def encode_masked(m: secagg.MaskedInput) -> bytes:
+    data = np.ascontiguousarray(m.masked, dtype="<u4").tobytes()
+    return pb.MaskedInput(version=VERSION, session=m.session, client_id=m.client_id, length=len(m.masked),
+                          masked=data, checksum=zlib.crc32(data)).SerializeToString()
+
+
+def decode_masked(data: bytes, length: int) -> secagg.MaskedInput:
+    what = "masked input"
+    msg = _parse(pb.MaskedInput, data, what)
+    _need(len(msg.session) == SESSION_BYTES, what, f"session id of {len(msg.session)} bytes, expected {SESSION_BYTES}")
+    _need(msg.length == length, what, f"vector length {msg.length}, expected {length}")
+    _need(len(msg.masked) == 4 * length, what,
+          f"masked vector has {len(msg.masked)} bytes, expected {4 * length} (4 per uint32)")
+    _checked(what, "masked vector", msg.masked, msg.checksum)
+    vec = np.frombuffer(msg.masked, dtype="<u4").astype(np.uint32)
+    return secagg.MaskedInput(session=msg.session, client_id=msg.client_id, masked=vec)
+
+
+# --- the round's shared index set, carried in the broadcast ----------------------------------------
+
+def index_set_fields(positions: np.ndarray | None, seed: int, length: int) -> dict:
+    """Broadcast fields for the shared index set: just the public seed when clients can derive the set
+    from it, else the positions in the smaller of bitmap and delta-varint form (top-k's position block)."""
+    if positions is None:
+        return {}
+    if seed or len(positions) == length:
+        return {"index_seed": seed, "index_count": len(positions)}
+    return {"index_count": len(positions), "index_positions": encode_positions(positions, length)}
+
+
+def decode_index_set(msg: pb.ModelBroadcast) -> np.ndarray | None:
+    from compression.index_policy import random_positions
+
+    what = "model broadcast"
+    if msg.index_count == 0:
+        _need(not msg.index_positions and not msg.index_seed, what, "index set fields without a count")
+        return None
+    _need(msg.index_count <= msg.length, what, f"index set of {msg.index_count} > model length {msg.length}")
+    if msg.index_positions:
+        try:
+            return decode_positions(msg.index_positions, msg.length, msg.index_count)
+        except CodecDecodeError as err:
+            raise WireError(f"{what}: index set: {err}") from None
+    if msg.index_seed:
+        return random_positions(msg.length, msg.index_count, msg.index_seed)
+    _need(msg.index_count == msg.length, what, "index set has neither positions nor a seed")
+    return np.arange(msg.length, dtype=np.int64)

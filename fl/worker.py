@@ -1,0 +1,165 @@
+"""A worker: one resident model that runs many simulated clients in turn.
+
+The same class runs in-process (`backend=inline`) and as a Ray actor (`backend=ray`). Each call
+carries the messages of all the worker's clients of a round, as bytes in and bytes out. Per client:
+
+1. load the reference weights (what every client holds after the last broadcast);
+2. train `local_epochs` on the client's partition, seeded from (root seed, round, client id);
+3. update = local - reference; add the client's error-feedback residual;
+4. without masking: the client's own codec (e.g. top-k) -> ClientUpdate bytes;
+   with masking: the round's shared index set -> weight -> fixed-point -> residual sketch -> mask
+   -> MaskedInput bytes.
+
+Client state kept across rounds (error-feedback residuals) lives here, with the worker that owns the
+client (sticky assignment: client id modulo number of workers).
+"""
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+from omegaconf import OmegaConf
+
+import compression
+import secagg
+from fl import wire
+from fl.data import load_dataset, partition
+from fl.models import build_model, get_flat, set_flat
+from fl.policy import make_index_policy
+from fl.seeds import client_seed
+from fl.training import train_local
+
+
+class Worker:
+    def __init__(self, cfg: dict, worker_id: int = 0):
+        torch.set_num_threads(1)  # one core per worker; also makes results independent of the pool size
+        self.cfg = OmegaConf.create(cfg)
+        self.worker_id = worker_id
+        c = self.cfg
+        self.data = load_dataset(c.dataset, c.seed)
+        self.parts = partition(self.data.y_train, c.fl.num_clients, c.dataset.partition, c.dataset.alpha, c.seed)
+        self.mean_samples = len(self.data.y_train) / c.fl.num_clients
+        torch.manual_seed(c.seed)
+        self.model = build_model(c.model, self.data.num_features, self.data.num_classes).to(c.device)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=c.fl.lr)
+        self.length = sum(p.numel() for p in self.model.parameters())
+        self.reference = np.zeros(self.length, np.float32)
+        self.synced_round = -1
+        self.index_set: np.ndarray | None = None
+        self.residuals: dict[int, np.ndarray] = {}
+        self.pending: dict[int, secagg.DHClient] = {}
+        codec_cls = compression.get(c.compression.name)
+        self.client_codec = codec_cls(c.compression.ratio) if c.compression.client else compression.get("none")()
+        self.error_feedback = c.compression.error_feedback and c.compression.client and self.client_codec.biased
+        self.policy = make_index_policy(c, self.length)  # public: the worker needs only its sketch hashes
+
+    # --- shared steps ---------------------------------------------------------------------------
+
+    def sync(self, broadcast: bytes, round: int) -> float:
+        """Apply the round's broadcast to the reference weights once per round; returns seconds."""
+        if self.synced_round == round:
+            return 0.0
+        t0 = time.perf_counter()
+        msg = wire.decode_broadcast(broadcast, self.length)
+        if msg.round != round:
+            raise wire.WireError(f"model broadcast: round {msg.round}, expected {round}")
+        values = compression.get(msg.codec)().decode(msg.payload, self.length)
+        if msg.is_delta:
+            self.reference += values
+        else:
+            self.reference = values.copy()
+        self.index_set = wire.decode_index_set(msg)
+        self.synced_round = round
+        return time.perf_counter() - t0
+
+    def _train(self, cid: int, round: int) -> tuple[np.ndarray, int]:
+        set_flat(self.model, self.reference)
+        seed = client_seed(self.cfg.seed, round, cid)
+        torch.manual_seed(seed)
+        x, y = self.data.x_train[self.parts[cid]], self.data.y_train[self.parts[cid]]
+        train_local(self.model, self.optimizer, x, y, self.cfg.fl.local_epochs, self.cfg.fl.batch_size, seed,
+                    self.cfg.device)
+        return get_flat(self.model) - self.reference, len(y)
+
+    def _corrected(self, cid: int, update: np.ndarray) -> np.ndarray:
+        residual = self.residuals.get(cid) if self.error_feedback else None
+        return update if residual is None else update + residual
+
+    def state_bytes(self) -> int:
+        """Memory held across rounds for this worker's clients (error-feedback residuals)."""
+        return sum(r.nbytes for r in self.residuals.values())
+
+    # --- without masking: one exchange ---------------------------------------------------------
+
+    def plain_round(self, broadcast: bytes, round: int, clients: list[int]):
+        """Train each client and return [(client id, ClientUpdate bytes or None if rejected)], timings."""
+        t = defaultdict(float)
+        t["decode"] += self.sync(broadcast, round)
+        out = []
+        for cid in clients:
+            t0 = time.perf_counter()
+            update, n = self._train(cid, round)
+            t1 = time.perf_counter()
+            corrected = self._corrected(cid, update)
+            try:
+                payload = self.client_codec.encode(corrected)
+            except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
+                out.append((cid, None))
+                continue
+            if self.error_feedback:
+                self.residuals[cid] = corrected - self.client_codec.decode(payload, self.length)
+            out.append((cid, wire.encode_update(round, cid, self.client_codec.name, self.length, float(n), payload)))
+            t["train"] += t1 - t0
+            t["encode"] += time.perf_counter() - t1
+        return out, dict(t)
+
+    # --- with masking: advertise keys, then masked input ----------------------------------------
+
+    def advertise(self, round: int, session: bytes, cohort: list[int], clients: list[int], masked_length: int):
+        """Step 1: a fresh key pair per client; returns [(client id, AdvertiseKeys bytes)], timings."""
+        t0 = time.perf_counter()
+        protocol = secagg.get(self.cfg.secagg.name)
+        self.pending = {cid: protocol.Client(cid, session, cohort, masked_length) for cid in clients}
+        out = [(cid, wire.encode_advertise(c.advertise())) for cid, c in self.pending.items()]
+        return out, {"mask": time.perf_counter() - t0}
+
+    def masked_round(self, broadcast: bytes, round: int, roster: bytes, clients: list[int]):
+        """Step 2: train, select the shared index set, quantize, sketch, mask; returns [(id, MaskedInput bytes)]."""
+        c = self.cfg
+        t = defaultdict(float)
+        t["decode"] += self.sync(broadcast, round)
+        roster_msg = wire.decode_roster(roster)
+        idx = self.index_set
+        k = len(idx)
+        n_max = c.fl.clients_per_round
+        q_values = secagg.FixedPointQuantizer(c.secagg.clip, n_max)
+        q_weight = secagg.FixedPointQuantizer(c.secagg.max_weight, n_max)
+        q_sketch = secagg.FixedPointQuantizer(c.secagg.sketch_clip, n_max)
+        sketch = self.policy.sketch(round)
+        out = []
+        for cid in clients:
+            t0 = time.perf_counter()
+            update, n = self._train(cid, round)
+            t1 = time.perf_counter()
+            corrected = self._corrected(cid, update)
+            rng = np.random.default_rng(client_seed(c.seed, round, cid) ^ 0x5EC)
+            w = min(n / self.mean_samples, float(c.secagg.max_weight))
+            qv, sent = q_values.quantize_with_error(corrected[idx] * w, rng)
+            if self.error_feedback or sketch is not None:
+                residual = corrected.copy()
+                residual[idx] -= sent / w  # clipping and rounding error stay in the residual
+                if self.error_feedback:
+                    self.residuals[cid] = residual
+            parts = [qv, q_weight.quantize(np.array([w], np.float32), rng)]
+            if sketch is not None:
+                parts.append(q_sketch.quantize(sketch.sketch(residual).ravel(), rng))
+            vector = np.concatenate(parts)
+            t2 = time.perf_counter()
+            message = wire.encode_masked(self.pending.pop(cid).mask(roster_msg, vector))
+            out.append((cid, message))
+            t["train"] += t1 - t0
+            t["encode"] += t2 - t1
+            t["mask"] += time.perf_counter() - t2
+        return out, dict(t)

@@ -1,0 +1,61 @@
+"""Registry of mask protocols, so config names (and the seed framework's class names) resolve to classes.
+
+An unknown name fails at config time with a message that lists what is registered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+_PROTOCOLS: dict[str, type] = {}  # canonical name -> class
+_ALIASES: dict[str, str] = {}  # alias -> canonical name
+
+
+class UnknownProtocolError(ValueError):
+    """A mask protocol name that nothing registered."""
+
+
+def register(name: str, cls: type, aliases: Iterable[str] = ()) -> None:
+    """Register `cls` under `name` and `aliases`; re-registering the same class is a no-op."""
+    aliases = tuple(aliases)
+    for key in (name, *aliases):
+        taken = _PROTOCOLS.get(key) or _PROTOCOLS.get(_ALIASES.get(key, ""))
+        if taken is not None and taken is not cls:
+            raise ValueError(f"mask protocol name {key!r} is already registered to {taken.__name__}")
+    _PROTOCOLS[name] = cls
+    for alias in aliases:
+        _ALIASES[alias] = name
+
+
+def canonical(name: str) -> str:
+    """The canonical name for a canonical name or alias: exact match first, then case-insensitive."""
+    if name in _PROTOCOLS:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    folded = str(name).casefold()
+    for key in sorted(_PROTOCOLS):
+        if key.casefold() == folded:
+            return key
+    for alias in sorted(_ALIASES):
+        if alias.casefold() == folded:
+            return _ALIASES[alias]
+    raise UnknownProtocolError(f"unknown mask protocol {name!r}; registered: {_listing()}")
+
+
+def get(name: str) -> type:
+    """The protocol class registered under `name` (canonical or alias)."""
+    return _PROTOCOLS[canonical(name)]
+
+
+def names() -> list[str]:
+    """Canonical names, sorted."""
+    return sorted(_PROTOCOLS)
+
+
+def _listing() -> str:
+    parts = []
+    for key in names():
+        aliases = sorted(a for a, target in _ALIASES.items() if target == key)
+        parts.append(f"{key} (aliases: {', '.join(aliases)})" if aliases else key)
+    return ", ".join(parts) if parts else "(none)"

@@ -1,0 +1,319 @@
+"""TopKCompression: which entries it keeps, its byte layout and size, and how decoding fails."""
+
+import math
+import struct
+
+import numpy as np
+import pytest
+
+from compression import DecodeError, TopKCompression, topk_count, topk_positions
+from compression.topk import _varint_decode, _varint_encode
+
+
+def leb128(value: int) -> bytes:
+    """Reference unsigned LEB128, one value at a time."""
+    out = bytearray()
+    while True:
+        byte, value = value & 0x7F, value >> 7
+        out.append(byte | (0x80 if value else 0))
+        if not value:
+            return bytes(out)
+
+
+def reference_positions(vector, k):
+    """Largest magnitudes first, ties to the lowest index (a stable sort), returned sorted."""
+    return np.sort(np.argsort(-np.abs(vector), kind="stable")[:k])
+
+
+def reference_size(positions, n):
+    gaps = np.diff(positions, prepend=0)
+    varints = sum(len(leb128(int(g))) for g in gaps)
+    return 10 + min(math.ceil(n / 8), varints) + 4 * len(positions)
+
+
+def random_vector(n, seed=0):
+    return np.random.default_rng(seed).standard_normal(n).astype(np.float32)
+
+
+def indices_payload(n, gaps, values=None, k=None):
+    """Hand-made payload with delta-varint positions."""
+    values = np.ones(len(gaps), dtype="<f4") if values is None else np.asarray(values, dtype="<f4")
+    header = struct.pack("<BBII", 1, 1, n, len(gaps) if k is None else k)
+    return header + b"".join(leb128(g) for g in gaps) + values.tobytes()
+
+
+SHAPES = [(1, 1.0), (7, 0.5), (13, 1.0), (100, 0.01), (1001, 0.3), (12345, 0.02), (100_000, 0.001), (4099, 0.9)]
+
+
+@pytest.mark.parametrize("n,ratio", SHAPES)
+def test_keeps_exactly_the_k_largest_magnitudes_bitwise_and_zeros_the_rest(n, ratio):
+    vector = random_vector(n)
+    k = math.ceil(ratio * n)
+    decoded = TopKCompression(ratio).decode(TopKCompression(ratio).encode(vector), n)
+    kept = reference_positions(vector, k)
+    assert np.array_equal(np.flatnonzero(decoded), kept)
+    assert np.array_equal(decoded[kept].view(np.uint32), vector[kept].view(np.uint32))
+    assert decoded.dtype == np.float32
+
+
+@pytest.mark.parametrize(
+    "n,ratio,k", [(10, 0.5, 5), (11, 0.5, 6), (100, 0.07, 7), (10, 0.7, 7), (1000, 0.0001, 1), (3, 1.0, 3), (3, 0.34, 2)]
+)
+def test_k_is_ceil_of_ratio_times_n_reading_ratio_as_written(n, ratio, k):
+    # 0.07 * 100 == 7.000000000000001 in binary floating point; the config means 7.
+    assert topk_count(n, ratio) == k
+    assert TopKCompression(ratio).k_for(n) == k
+
+
+def test_ties_at_the_threshold_keep_exactly_k_lowest_index_first():
+    assert topk_positions(np.ones(10, dtype=np.float32), 4).tolist() == [0, 1, 2, 3]
+    vector = np.array([3, -3, 1, 3, 0, -3, 5], dtype=np.float32)
+    assert topk_positions(vector, 3).tolist() == [0, 1, 6]
+    assert topk_positions(vector, 5).tolist() == [0, 1, 3, 5, 6]
+    payload = TopKCompression(0.35).encode(np.ones(10, dtype=np.float32))
+    positions, _ = TopKCompression(0.35).decode_sparse(payload, 10)
+    assert positions.tolist() == [0, 1, 2, 3]
+
+
+def test_topk_positions_matches_a_sorted_reference_and_returns_int64():
+    vector = np.round(random_vector(5000, seed=3), 1)  # rounding makes many ties
+    for k in (1, 17, 2500, 4999, 5000):
+        positions = topk_positions(vector, k)
+        assert positions.dtype == np.int64
+        assert np.array_equal(positions, reference_positions(vector, k))
+
+
+def test_topk_positions_rejects_k_outside_1_to_n():
+    for k in (0, 6):
+        with pytest.raises(ValueError, match="k must be in"):
+            topk_positions(np.ones(5), k)
+
+
+@pytest.mark.parametrize("n,ratio", SHAPES)
+def test_payload_size_equals_the_documented_formula(n, ratio):
+    vector = random_vector(n, seed=1)
+    codec = TopKCompression(ratio)
+    payload = codec.encode(vector)
+    positions = reference_positions(vector, math.ceil(ratio * n))
+    assert len(payload) == reference_size(positions, n)
+    assert codec.encoded_size(positions, n) == len(payload)
+    assert codec.size(n) >= len(payload)  # size(n) is the worst case over positions
+
+
+def test_the_smaller_position_encoding_is_chosen():
+    codec = TopKCompression(0.5)
+    assert codec.position_encoding(codec.encode(random_vector(1000))) == "bitmap"
+    codec = TopKCompression(0.001)
+    assert codec.position_encoding(codec.encode(random_vector(100_000))) == "indices"
+
+
+def test_equal_sizes_choose_the_bitmap():
+    codec, vector = TopKCompression(), random_vector(16)  # bitmap: 2 bytes
+    assert codec.position_encoding(codec.encode_at(vector, np.array([0, 1]))) == "bitmap"  # varints: 2 bytes
+    assert codec.position_encoding(codec.encode_at(vector, np.array([5]))) == "indices"  # varints: 1 byte
+    vector = random_vector(200)  # bitmap: 25 bytes; 23 one-byte gaps and one two-byte gap: 25 bytes
+    positions = np.array(list(range(23)) + [172])
+    assert codec.position_encoding(codec.encode_at(vector, positions)) == "bitmap"
+    assert codec.position_encoding(codec.encode_at(vector, positions[:-1])) == "indices"
+
+
+def test_bitmap_layout_byte_for_byte():
+    n, positions = 13, np.array([0, 2, 3, 8, 12, 11])
+    positions.sort()
+    vector = random_vector(n)
+    payload = TopKCompression().encode_at(vector, positions)
+    bits = [0] * 16
+    for p in positions:
+        bits[p] = 1
+    bitmap = bytes(sum(bits[8 * b + i] << i for i in range(8)) for b in range(2))
+    values = b"".join(struct.pack("<f", vector[p]) for p in positions)
+    assert payload == struct.pack("<BBII", 1, 0, n, len(positions)) + bitmap + values
+    assert len(payload) == 10 + math.ceil(n / 8) + 4 * len(positions)
+
+
+def test_indices_layout_byte_for_byte():
+    n, positions = 3_000_000, np.array([5, 200, 20_000, 2_500_000])
+    vector = random_vector(n)
+    payload = TopKCompression().encode_at(vector, positions)
+    gaps = [5, 195, 19_800, 2_480_000]
+    values = b"".join(struct.pack("<f", vector[p]) for p in positions)
+    assert payload == struct.pack("<BBII", 1, 1, n, 4) + b"".join(leb128(g) for g in gaps) + values
+    assert len(payload) == 10 + (1 + 2 + 3 + 4) + 16
+    positions_back, values_back = TopKCompression().decode_sparse(payload, n)
+    assert positions_back.tolist() == positions.tolist()
+    assert np.array_equal(values_back, vector[positions])
+
+
+def test_varints_match_reference_leb128_up_to_uint32_max():
+    values = np.array([0, 1, 127, 128, 16383, 16384, 2**21 - 1, 2**21, 2**28 - 1, 2**28, 2**32 - 1], dtype=np.int64)
+    encoded = _varint_encode(values)
+    assert encoded == b"".join(leb128(int(v)) for v in values)
+    decoded, used = _varint_decode(np.frombuffer(encoded + b"\x07", dtype=np.uint8), len(values))
+    assert decoded.tolist() == values.tolist() and used == len(encoded)
+
+
+def test_decode_returns_a_new_writable_array_and_encode_leaves_input_alone():
+    vector = random_vector(100)
+    before = vector.copy()
+    codec = TopKCompression(0.1)
+    decoded = codec.decode(codec.encode(vector), 100)
+    decoded[:] = 1.0  # must not fail (read-only view of the payload) or alias the input
+    assert np.array_equal(vector, before)
+
+
+def test_float64_and_integer_input_are_encoded_as_float32():
+    codec = TopKCompression(1.0)
+    assert codec.decode(codec.encode(np.arange(5, dtype=np.int64)), 5).tolist() == [0, 1, 2, 3, 4]
+    assert codec.decode(codec.encode(np.array([0.1, -2.0])), 2).tolist() == [np.float32(0.1), -2.0]
+
+
+# --- encode refuses bad input ---------------------------------------------------------------
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e300])
+def test_encode_rejects_nan_and_inf_including_float32_overflow(bad):
+    vector = np.zeros(10)
+    vector[3] = bad
+    with pytest.raises(ValueError, match="contains NaN or Inf"):
+        TopKCompression().encode(vector)
+
+
+def test_encode_rejects_non_1d_and_empty_input():
+    with pytest.raises(ValueError, match="1-D"):
+        TopKCompression().encode(np.zeros((2, 3), dtype=np.float32))
+    with pytest.raises(ValueError, match="1-D"):
+        TopKCompression().encode(np.float32(1.0))
+    with pytest.raises(ValueError, match="empty"):
+        TopKCompression().encode(np.zeros(0, dtype=np.float32))
+
+
+@pytest.mark.parametrize("ratio", [0, -0.1, 1.5, float("nan"), float("inf")])
+def test_ratio_outside_0_to_1_is_rejected(ratio):
+    with pytest.raises(ValueError, match=r"ratio must be in \(0, 1\]"):
+        TopKCompression(ratio)
+
+
+@pytest.mark.parametrize("positions", [[3, 3], [4, 2], [-1, 2], [2, 10], []])
+def test_encode_at_rejects_positions_that_are_not_strictly_increasing_in_range(positions):
+    with pytest.raises(ValueError):
+        TopKCompression().encode_at(random_vector(10), np.array(positions, dtype=np.int64))
+
+
+# --- decode refuses malformed payloads --------------------------------------------------------
+
+@pytest.mark.parametrize("n,ratio", [(20, 0.5), (1000, 0.003)])  # one bitmap, one indices payload
+def test_every_truncation_raises_decode_error(n, ratio):
+    codec = TopKCompression(ratio)
+    payload = codec.encode(random_vector(n))
+    for cut in range(len(payload)):
+        with pytest.raises(DecodeError):
+            codec.decode(payload[:cut], n)
+
+
+def test_truncated_message_names_expected_and_actual_size():
+    codec = TopKCompression(0.5)
+    payload = codec.encode(random_vector(20))
+    with pytest.raises(DecodeError, match=f"truncated: expected {len(payload)} bytes, got {len(payload) - 3}"):
+        codec.decode(payload[:-3], 20)
+
+
+@pytest.mark.parametrize("n,ratio", [(20, 0.5), (1000, 0.003)])
+def test_trailing_bytes_raise_decode_error(n, ratio):
+    codec = TopKCompression(ratio)
+    payload = codec.encode(random_vector(n))
+    for extra in (b"\x00", b"\x80", b"\x01\x02\x03\x04"):
+        with pytest.raises(DecodeError, match="trailing bytes"):
+            codec.decode(payload + extra, n)
+
+
+def test_other_format_version_is_rejected():
+    payload = bytearray(TopKCompression().encode(random_vector(20)))
+    payload[0] = 2
+    with pytest.raises(DecodeError, match="version 2"):
+        TopKCompression().decode(bytes(payload), 20)
+
+
+def test_unknown_position_encoding_is_rejected():
+    payload = bytearray(TopKCompression().encode(random_vector(20)))
+    payload[1] = 7
+    with pytest.raises(DecodeError, match="unknown topk position encoding 7"):
+        TopKCompression().decode(bytes(payload), 20)
+    with pytest.raises(DecodeError, match="unknown topk position encoding 7"):
+        TopKCompression.position_encoding(bytes(payload))
+
+
+def test_payload_for_another_length_is_rejected():
+    payload = TopKCompression().encode(random_vector(20))
+    with pytest.raises(DecodeError, match="for length 20, but length 21"):
+        TopKCompression().decode(payload, 21)
+
+
+@pytest.mark.parametrize("k", [0, 101])
+def test_k_outside_1_to_n_is_rejected(k):
+    with pytest.raises(DecodeError, match=f"k={k} out of range"):
+        TopKCompression().decode(indices_payload(100, [1], k=k), 100)
+
+
+def test_index_out_of_range_is_rejected():
+    with pytest.raises(DecodeError, match="topk index 9999 out of range for length 100"):
+        TopKCompression().decode(indices_payload(100, [9999]), 100)
+    with pytest.raises(DecodeError, match="topk index 100 out of range for length 100"):
+        TopKCompression().decode(indices_payload(100, [50, 40, 10]), 100)
+    # gaps this large would overflow a naive int64 cumulative sum
+    with pytest.raises(DecodeError, match="out of range for length 100"):
+        TopKCompression().decode(indices_payload(100, [2**34] * 5), 100)
+
+
+def test_repeated_index_is_rejected():
+    with pytest.raises(DecodeError, match="topk indices not strictly increasing"):
+        TopKCompression().decode(indices_payload(100, [5, 0]), 100)
+
+
+def test_truncated_overlong_and_non_minimal_varints_are_rejected():
+    header = struct.pack("<BBII", 1, 1, 100, 1)
+    with pytest.raises(DecodeError, match="truncated"):
+        TopKCompression().decode(header + b"\x80", 100)
+    with pytest.raises(DecodeError, match="longer than 5 bytes"):
+        TopKCompression().decode(header + b"\x81\x80\x80\x80\x80\x00" + b"\x00" * 4, 100)
+    with pytest.raises(DecodeError, match="not minimally encoded"):
+        TopKCompression().decode(header + b"\x85\x00" + b"\x00" * 4, 100)
+
+
+def test_bitmap_with_wrong_popcount_or_bits_beyond_n_is_rejected():
+    codec = TopKCompression(0.5)
+    payload = bytearray(codec.encode(np.arange(1, 14, dtype=np.float32)))  # n=13, k=7: positions 6..12
+    wrong_count = bytearray(payload)
+    wrong_count[10] |= 1  # also keep position 0
+    with pytest.raises(DecodeError, match="8 bits set, expected k=7"):
+        codec.decode(bytes(wrong_count), 13)
+    beyond = bytearray(payload)
+    beyond[11] |= 0x80  # bit 15: n is 13
+    with pytest.raises(DecodeError, match="bits set beyond length 13"):
+        codec.decode(bytes(beyond), 13)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_nan_or_inf_value_in_payload_is_rejected(bad):
+    payload = TopKCompression(0.5).encode(random_vector(20))
+    corrupted = payload[:-4] + struct.pack("<f", bad)
+    with pytest.raises(DecodeError, match="NaN or Inf"):
+        TopKCompression().decode(corrupted, 20)
+
+
+def test_random_corruption_raises_only_decode_error():
+    rng = np.random.default_rng(7)
+    for n, ratio in [(20, 0.5), (1000, 0.003), (9, 0.2)]:
+        codec = TopKCompression(ratio)
+        payload = codec.encode(random_vector(n))
+        for _ in range(2000):
+            corrupted = bytearray(payload)
+            for i in rng.integers(0, len(payload), size=rng.integers(1, 4)):
+                corrupted[i] = rng.integers(0, 256)
+            try:
+                decoded = codec.decode(bytes(corrupted), n)
+            except DecodeError:
+                continue
+            assert decoded.shape == (n,) and np.isfinite(decoded).all()
+
+
+def test_codec_metadata():
+    assert TopKCompression.name == "topk" and TopKCompression.biased is True

@@ -1,0 +1,59 @@
+"""ErrorFeedback: nothing a codec drops is lost, only delayed."""
+
+import numpy as np
+import pytest
+
+from compression import ErrorFeedback, NoCompression, TopKCompression
+
+
+def test_sent_plus_final_residual_equals_sum_of_updates():
+    rng = np.random.default_rng(0)
+    n, codec = 1000, TopKCompression(0.05)
+    feedback = ErrorFeedback(codec)
+    residual, sent, total = None, np.zeros(n, np.float64), np.zeros(n, np.float64)
+    for _ in range(50):
+        update = rng.standard_normal(n).astype(np.float32)
+        payload, residual = feedback.encode(update, residual)
+        sent += codec.decode(payload, n)
+        total += update
+    np.testing.assert_allclose(sent + residual, total, atol=1e-4)
+    assert residual.dtype == np.float32
+
+
+def test_residual_is_zero_exactly_at_the_sent_positions():
+    rng = np.random.default_rng(1)
+    codec = TopKCompression(0.1)
+    feedback = ErrorFeedback(codec)
+    residual = rng.standard_normal(500).astype(np.float32)
+    update = rng.standard_normal(500).astype(np.float32)
+    payload, new_residual = feedback.encode(update, residual)
+    positions, _ = codec.decode_sparse(payload, 500)
+    assert not new_residual[positions].any()
+    others = np.setdiff1d(np.arange(500), positions)
+    np.testing.assert_array_equal(new_residual[others], (update + residual)[others])
+
+
+def test_every_coordinate_is_eventually_sent_with_feedback_but_not_without():
+    update = np.linspace(1.0, 2.0, 100, dtype=np.float32)  # the same update every round
+    codec = TopKCompression(0.1)
+    feedback = ErrorFeedback(codec)
+    residual, with_feedback, without = None, np.zeros(100, bool), np.zeros(100, bool)
+    for _ in range(30):
+        payload, residual = feedback.encode(update, residual)
+        with_feedback[codec.decode_sparse(payload, 100)[0]] = True
+        without[codec.decode_sparse(codec.encode(update), 100)[0]] = True
+    assert with_feedback.all()
+    assert without.sum() == 10
+
+
+def test_no_residual_means_zeros_and_a_lossless_codec_leaves_none():
+    update = np.random.default_rng(2).standard_normal(64).astype(np.float32)
+    feedback = ErrorFeedback(TopKCompression(0.25))
+    assert feedback.encode(update, None)[0] == feedback.encode(update, np.zeros(64, np.float32))[0]
+    _, residual = ErrorFeedback(NoCompression()).encode(update, None)
+    assert not residual.any()
+
+
+def test_residual_of_another_shape_is_rejected():
+    with pytest.raises(ValueError, match="shape"):
+        ErrorFeedback(TopKCompression()).encode(np.ones(10), np.zeros(11))

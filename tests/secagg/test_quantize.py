@@ -1,0 +1,108 @@
+"""FixedPointQuantizer: real vectors into Z_{2^32} and back, without overflow and without bias."""
+
+import numpy as np
+import pytest
+
+from secagg import FixedPointQuantizer
+
+
+def test_levels_follow_max_clients_so_the_signed_sum_fits():
+    q = FixedPointQuantizer(clip=1.0, max_clients=10)
+    assert q.bound == (2**31 - 1) // 10
+    assert q.max_clients * q.bound < 2**31
+    assert q.step == pytest.approx(1.0 / q.bound)
+
+
+def test_values_at_the_clip_bound_map_to_plus_and_minus_B():
+    q = FixedPointQuantizer(clip=0.5, max_clients=4)
+    out = q.quantize(np.array([0.5, -0.5, 0.0]), np.random.default_rng(0))
+    assert out.dtype == np.uint32
+    assert list(out.view(np.int32)) == [q.bound, -q.bound, 0]
+
+
+class AlwaysRoundUp:
+    """A generator stand-in whose uniforms are all 0, so any positive fraction rounds up."""
+
+    def random(self, shape):
+        return np.zeros(shape)
+
+
+def test_the_bound_holds_even_when_clip_times_scale_rounds_above_B():
+    # For this clip, clip * (B / clip) is one ulp above B in float64; rounding up would give B + 1,
+    # which for max_clients=1 is 2^31 and wraps to -2^31.
+    clip = 91.2756449721949
+    q = FixedPointQuantizer(clip=clip, max_clients=1)
+    assert clip * q.scale > q.bound
+    out = q.quantize(np.array([clip, -clip]), AlwaysRoundUp())
+    assert list(out.view(np.int32)) == [q.bound, -q.bound]
+
+
+def test_values_beyond_the_clip_are_clipped():
+    q = FixedPointQuantizer(clip=1.0, max_clients=4)
+    out = q.dequantize(q.quantize(np.array([1e9, -3.0]), np.random.default_rng(0)))
+    np.testing.assert_allclose(out, [1.0, -1.0])
+
+
+@pytest.mark.parametrize("max_clients", [1, 3, 1000])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_sum_of_max_clients_vectors_at_the_bound_does_not_wrap(max_clients, sign):
+    clip = 2.0
+    q = FixedPointQuantizer(clip=clip, max_clients=max_clients)
+    rng = np.random.default_rng(1)
+    total = np.zeros(5, dtype=np.uint32)
+    for _ in range(max_clients):
+        total += q.quantize(np.full(5, sign * clip), rng)
+    np.testing.assert_allclose(q.dequantize(total), sign * clip * max_clients, rtol=1e-9)
+
+
+def test_stochastic_rounding_is_unbiased():
+    q = FixedPointQuantizer(clip=1.0, max_clients=8)
+    x = np.full(200_000, 0.3 * q.step)  # round-to-nearest would give 0 everywhere
+    levels = q.quantize(x, np.random.default_rng(2)).view(np.int32)
+    assert set(np.unique(levels)) <= {0, 1}
+    assert levels.mean() == pytest.approx(0.3, abs=0.01)
+
+
+def test_rounding_error_is_below_one_step():
+    q = FixedPointQuantizer(clip=1.0, max_clients=8)
+    x = np.random.default_rng(3).uniform(-1, 1, 10_000)
+    assert np.abs(q.dequantize(q.quantize(x, np.random.default_rng(4))) - x).max() < q.step
+
+
+def test_quantize_with_error_returns_what_the_server_will_see():
+    q = FixedPointQuantizer(clip=1.0, max_clients=8)
+    x = np.array([0.25, -2.0, 0.1], dtype=np.float32)
+    codes, sent = q.quantize_with_error(x, np.random.default_rng(5))
+    assert sent.dtype == np.float32
+    np.testing.assert_array_equal(sent, q.dequantize(codes).astype(np.float32))
+    assert sent[1] == pytest.approx(-1.0)  # clipping error (-1.0) is left for error feedback
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_are_refused(bad):
+    q = FixedPointQuantizer(clip=1.0, max_clients=8)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        q.quantize(np.array([0.0, bad]), np.random.default_rng(0))
+
+
+@pytest.mark.parametrize("clip", [0.0, -1.0, np.nan, np.inf])
+def test_bad_clip_is_refused(clip):
+    with pytest.raises(ValueError, match="clip"):
+        FixedPointQuantizer(clip=clip, max_clients=8)
+
+
+@pytest.mark.parametrize("max_clients", [0, -3, 2.5])
+def test_bad_max_clients_is_refused(max_clients):
+    with pytest.raises(ValueError, match="max_clients"):
+        FixedPointQuantizer(clip=1.0, max_clients=max_clients)
+
+
+def test_too_many_clients_for_the_field_is_refused_with_a_hint():
+    with pytest.raises(ValueError, match="lower max_clients"):
+        FixedPointQuantizer(clip=1.0, max_clients=2**24)
+
+
+def test_dequantize_refuses_anything_but_uint32():
+    q = FixedPointQuantizer(clip=1.0, max_clients=8)
+    with pytest.raises(ValueError, match="uint32"):
+        q.dequantize(np.zeros(3, dtype=np.int64))

@@ -1,0 +1,50 @@
+"""The mask-protocol registry: config names and the seed framework's aliases resolve; typos fail loudly."""
+
+import pytest
+
+import secagg
+from secagg import DHProtocol, NoMasking, UnknownProtocolError
+
+
+def test_canonical_names_and_aliases_resolve():
+    assert secagg.get("dh") is DHProtocol
+    assert secagg.get("DHProtocol") is DHProtocol
+    assert secagg.get("none") is NoMasking
+    assert secagg.canonical("DHProtocol") == "dh"
+
+
+def test_lookup_falls_back_to_case_insensitive():
+    assert secagg.get("DH") is DHProtocol
+    assert secagg.get("dhprotocol") is DHProtocol
+
+
+def test_unknown_name_lists_every_registered_name_and_alias():
+    with pytest.raises(UnknownProtocolError) as info:
+        secagg.get("foo")
+    message = str(info.value)
+    assert "'foo'" in message
+    assert "dh (aliases: DHProtocol)" in message and "none" in message
+
+
+def test_unknown_protocol_error_is_a_value_error():
+    assert issubclass(UnknownProtocolError, ValueError)
+
+
+def test_names_are_the_canonical_names():
+    assert {"dh", "none"} <= set(secagg.names())
+    assert "DHProtocol" not in secagg.names()
+
+
+def test_a_taken_name_cannot_be_registered_to_another_class():
+    with pytest.raises(ValueError, match="already registered"):
+        secagg.register("dh", object)
+    with pytest.raises(ValueError, match="already registered"):
+        secagg.register("fresh", object, aliases=("DHProtocol",))
+    assert "fresh" not in secagg.names()
+    assert secagg.get("DHProtocol") is DHProtocol
+
+
+def test_protocol_namespaces_say_whether_they_mask():
+    assert DHProtocol.masks and DHProtocol.name == "dh"
+    assert DHProtocol.Client is secagg.DHClient and DHProtocol.Server is secagg.DHServer
+    assert not NoMasking.masks and NoMasking.Client is None and NoMasking.Server is None

@@ -21,9 +21,9 @@ class FLConfig:
     num_clients: int = 10
     clients_per_round: int = 10
     rounds: int = 20
-    local_epochs: int = 1
+    local_epochs: int = 2
     batch_size: int = 32
-    lr: float = 0.05
+    lr: float = 0.1
     eval_every: int = 1
 
 
@@ -107,7 +107,13 @@ DATASETS = ("digits",)
 
 def validate(cfg: DictConfig | Config) -> DictConfig:
     """Refuse a configuration before any work: returns the typed config with canonical protocol names."""
-    typed = OmegaConf.merge(OmegaConf.structured(Config), cfg)  # unknown keys and wrong types raise here
+    schema = OmegaConf.structured(Config)
+    OmegaConf.set_struct(schema, True)
+    try:  # unknown keys (even ones forced in with `+key=`) and wrong types raise here
+        plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+        typed = OmegaConf.merge(schema, plain)
+    except Exception as err:
+        raise ConfigError(str(err).splitlines()[0]) from None
     c = typed
     try:
         c.compression.name = compression.canonical(c.compression.name)

@@ -140,8 +140,7 @@ def run(cfg) -> pd.DataFrame:
                 bytes_up_protocol=bytes_protocol, bytes_up_sketch=bytes_sketch,
                 bytes_up_per_client=(bytes_payload + bytes_protocol) / len(cohort),
                 bytes_down=bytes_down, bytes_down_per_client=bytes_down / len(cohort),
-                t_round=time.perf_counter() - t_round, **{f"t_{k}" if not k.startswith("t_") and k != "state_bytes"
-                                                         else k: v for k, v in stats.items()})
+                t_round=time.perf_counter() - t_round, **stats)
             log.write(row)
             rows.append(row)
             if "accuracy" in row:
@@ -160,12 +159,13 @@ def run(cfg) -> pd.DataFrame:
 
 
 def _in_client_order(replies: dict, stats: dict):
-    """Messages of all workers in client-id order (so the sum does not depend on the pool), timings summed."""
+    """Messages of all workers in client-id order (so the sum does not depend on the pool); their
+    timings and state sizes are summed into `stats`."""
     messages = []
-    for out, timings in replies.values():
+    for out, worker_stats in replies.values():
         messages.extend(out)
-        for key, value in timings.items():
-            stats[key] = stats.get(key, 0.0) + value if key != "state_bytes" else value
+        for key, value in worker_stats.items():
+            stats[key] += value
     return sorted(messages, key=lambda m: m[0])
 
 

@@ -1,7 +1,7 @@
 """Protobuf wire format: every message serialized exactly as sent, decoded strictly, never unpickled.
 
 Bytes on the wire are `len()` of what these `encode_*` functions return. Decoding checks the
-version, the message's fields and a CRC-32 of the bulk bytes, and raises `WireError` naming the
+version, the message's fields and its CRC-32 checksum, and raises `WireError` naming the
 problem. Codec payloads are opaque bytes here; the codec itself validates their layout.
 """
 from __future__ import annotations
@@ -25,21 +25,27 @@ class WireError(ValueError):
     """A message that cannot be decoded: truncated, altered, of another version, or inconsistent."""
 
 
+def _seal(msg) -> bytes:
+    """Serialize with a CRC-32 of the rest of the message as the last field (catches truncation and alteration)."""
+    msg.checksum = zlib.crc32(msg.SerializeToString())
+    return msg.SerializeToString()
+
+
 def _parse(cls, data: bytes, what: str):
     msg = cls()
     try:
         msg.ParseFromString(bytes(data))
     except _ProtobufDecodeError as err:
         raise WireError(f"{what}: malformed or truncated protobuf ({err})") from None
+    if not msg.HasField("checksum"):
+        raise WireError(f"{what}: no checksum field: truncated ({len(data)} bytes)")
+    checksum = msg.checksum
+    msg.ClearField("checksum")
+    if zlib.crc32(msg.SerializeToString()) != checksum:
+        raise WireError(f"{what}: checksum mismatch ({len(data)} bytes): altered or truncated in transit")
     if msg.version != VERSION:
-        raise WireError(f"{what}: wire version {msg.version}, expected {VERSION} (truncated or from another build)")
+        raise WireError(f"{what}: wire version {msg.version}, expected {VERSION}")
     return msg
-
-
-def _checked(what: str, field: str, data: bytes, crc: int) -> bytes:
-    if zlib.crc32(data) != crc:
-        raise WireError(f"{what}: checksum mismatch on {field} ({len(data)} bytes): altered or truncated in transit")
-    return data
 
 
 def _need(cond: bool, what: str, problem: str) -> None:
@@ -51,10 +57,9 @@ def _need(cond: bool, what: str, problem: str) -> None:
 
 def encode_broadcast(round: int, codec: str, length: int, is_delta: bool, payload: bytes,
                      index_seed: int = 0, index_count: int = 0, index_positions: bytes = b"") -> bytes:
-    return pb.ModelBroadcast(
+    return _seal(pb.ModelBroadcast(
         version=VERSION, round=round, codec=codec, length=length, is_delta=is_delta, payload=payload,
-        index_seed=index_seed, index_count=index_count, index_positions=index_positions,
-        checksum=zlib.crc32(payload)).SerializeToString()
+        index_seed=index_seed, index_count=index_count, index_positions=index_positions))
 
 
 def decode_broadcast(data: bytes, length: int) -> pb.ModelBroadcast:
@@ -62,15 +67,15 @@ def decode_broadcast(data: bytes, length: int) -> pb.ModelBroadcast:
     msg = _parse(pb.ModelBroadcast, data, what)
     _need(msg.length == length, what, f"model length {msg.length}, expected {length}")
     _need(bool(msg.codec), what, "missing codec name (truncated?)")
-    _checked(what, "payload", msg.payload, msg.checksum)
+    _need(len(msg.payload) > 0, what, "empty payload")
     return msg
 
 
 # --- client update without masking --------------------------------------------------------------
 
 def encode_update(round: int, client_id: int, codec: str, length: int, weight: float, payload: bytes) -> bytes:
-    return pb.ClientUpdate(version=VERSION, round=round, client_id=client_id, codec=codec, length=length,
-                           weight=weight, payload=payload, checksum=zlib.crc32(payload)).SerializeToString()
+    return _seal(pb.ClientUpdate(version=VERSION, round=round, client_id=client_id, codec=codec, length=length,
+                                 weight=weight, payload=payload))
 
 
 def decode_update(data: bytes, round: int, length: int) -> pb.ClientUpdate:
@@ -80,15 +85,15 @@ def decode_update(data: bytes, round: int, length: int) -> pb.ClientUpdate:
     _need(msg.length == length, what, f"update length {msg.length}, expected {length}")
     _need(bool(msg.codec), what, "missing codec name (truncated?)")
     _need(np.isfinite(msg.weight) and msg.weight > 0, what, f"weight {msg.weight} is not a positive number")
-    _checked(what, "payload", msg.payload, msg.checksum)
+    _need(len(msg.payload) > 0, what, "empty payload")
     return msg
 
 
 # --- secure aggregation -------------------------------------------------------------------------
 
 def encode_advertise(m: secagg.AdvertiseKeys) -> bytes:
-    return pb.AdvertiseKeys(version=VERSION, session=m.session, client_id=m.client_id,
-                            public_key=m.public_key).SerializeToString()
+    return _seal(pb.AdvertiseKeys(version=VERSION, session=m.session, client_id=m.client_id,
+                                  public_key=m.public_key))
 
 
 def decode_advertise(data: bytes) -> secagg.AdvertiseKeys:
@@ -101,7 +106,7 @@ def decode_advertise(data: bytes) -> secagg.AdvertiseKeys:
 
 def encode_roster(m: secagg.KeyRoster) -> bytes:
     entries = [pb.KeyRoster.Entry(client_id=cid, public_key=key) for cid, key in m.public_keys]
-    return pb.KeyRoster(version=VERSION, session=m.session, entries=entries).SerializeToString()
+    return _seal(pb.KeyRoster(version=VERSION, session=m.session, entries=entries))
 
 
 def decode_roster(data: bytes) -> secagg.KeyRoster:
@@ -117,8 +122,8 @@ def decode_roster(data: bytes) -> secagg.KeyRoster:
 
 def encode_masked(m: secagg.MaskedInput) -> bytes:
     data = np.ascontiguousarray(m.masked, dtype="<u4").tobytes()
-    return pb.MaskedInput(version=VERSION, session=m.session, client_id=m.client_id, length=len(m.masked),
-                          masked=data, checksum=zlib.crc32(data)).SerializeToString()
+    return _seal(pb.MaskedInput(version=VERSION, session=m.session, client_id=m.client_id, length=len(m.masked),
+                                masked=data))
 
 
 def decode_masked(data: bytes, length: int) -> secagg.MaskedInput:
@@ -128,7 +133,6 @@ def decode_masked(data: bytes, length: int) -> secagg.MaskedInput:
     _need(msg.length == length, what, f"vector length {msg.length}, expected {length}")
     _need(len(msg.masked) == 4 * length, what,
           f"masked vector has {len(msg.masked)} bytes, expected {4 * length} (4 per uint32)")
-    _checked(what, "masked vector", msg.masked, msg.checksum)
     vec = np.frombuffer(msg.masked, dtype="<u4").astype(np.uint32)
     return secagg.MaskedInput(session=msg.session, client_id=msg.client_id, masked=vec)
 

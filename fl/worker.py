@@ -96,7 +96,7 @@ class Worker:
     def plain_round(self, broadcast: bytes, round: int, clients: list[int]):
         """Train each client and return [(client id, ClientUpdate bytes or None if rejected)], timings."""
         t = defaultdict(float)
-        t["decode"] += self.sync(broadcast, round)
+        t["t_sync"] += self.sync(broadcast, round)
         out = []
         for cid in clients:
             t0 = time.perf_counter()
@@ -111,8 +111,9 @@ class Worker:
             if self.error_feedback:
                 self.residuals[cid] = corrected - self.client_codec.decode(payload, self.length)
             out.append((cid, wire.encode_update(round, cid, self.client_codec.name, self.length, float(n), payload)))
-            t["train"] += t1 - t0
-            t["encode"] += time.perf_counter() - t1
+            t["t_train"] += t1 - t0
+            t["t_encode"] += time.perf_counter() - t1
+        t["state_bytes"] = self.state_bytes()
         return out, dict(t)
 
     # --- with masking: advertise keys, then masked input ----------------------------------------
@@ -123,13 +124,13 @@ class Worker:
         protocol = secagg.get(self.cfg.secagg.name)
         self.pending = {cid: protocol.Client(cid, session, cohort, masked_length) for cid in clients}
         out = [(cid, wire.encode_advertise(c.advertise())) for cid, c in self.pending.items()]
-        return out, {"mask": time.perf_counter() - t0}
+        return out, {"t_mask": time.perf_counter() - t0}
 
     def masked_round(self, broadcast: bytes, round: int, roster: bytes, clients: list[int]):
         """Step 2: train, select the shared index set, quantize, sketch, mask; returns [(id, MaskedInput bytes)]."""
         c = self.cfg
         t = defaultdict(float)
-        t["decode"] += self.sync(broadcast, round)
+        t["t_sync"] += self.sync(broadcast, round)
         roster_msg = wire.decode_roster(roster)
         idx = self.index_set
         k = len(idx)
@@ -146,6 +147,10 @@ class Worker:
             corrected = self._corrected(cid, update)
             rng = np.random.default_rng(client_seed(c.seed, round, cid) ^ 0x5EC)
             w = min(n / self.mean_samples, float(c.secagg.max_weight))
+            client = self.pending.pop(cid)
+            if not np.isfinite(corrected).all():  # NaN/Inf: nothing is sent, so the round aborts loudly
+                out.append((cid, None))
+                continue
             qv, sent = q_values.quantize_with_error(corrected[idx] * w, rng)
             if self.error_feedback or sketch is not None:
                 residual = corrected.copy()
@@ -157,9 +162,10 @@ class Worker:
                 parts.append(q_sketch.quantize(sketch.sketch(residual).ravel(), rng))
             vector = np.concatenate(parts)
             t2 = time.perf_counter()
-            message = wire.encode_masked(self.pending.pop(cid).mask(roster_msg, vector))
+            message = wire.encode_masked(client.mask(roster_msg, vector))
             out.append((cid, message))
-            t["train"] += t1 - t0
-            t["encode"] += t2 - t1
-            t["mask"] += time.perf_counter() - t2
+            t["t_train"] += t1 - t0
+            t["t_encode"] += t2 - t1
+            t["t_mask"] += time.perf_counter() - t2
+        t["state_bytes"] = self.state_bytes()
         return out, dict(t)

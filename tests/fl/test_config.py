@@ -1,0 +1,79 @@
+"""Configuration is validated when composed: bad input is refused before any work and writes nothing."""
+import pytest
+from omegaconf import OmegaConf
+
+import fl
+from fl.config import ConfigError, validate
+
+
+def test_default_config_is_the_older_frameworks_reference_setting():
+    cfg = validate(fl.compose())
+    assert cfg.secagg.name == "dh" and cfg.compression.name == "topk"
+    assert cfg.compression.ratio == 0.5 and cfg.compression.client and cfg.compression.server
+    assert cfg.compression.error_feedback and cfg.compression.index_policy == "sketch"
+    assert cfg.dataset.name == "digits" and cfg.model.name == "mlp_large" and cfg.backend == "ray"
+    assert cfg.ray.address is None
+
+
+def test_typo_in_a_key_is_refused_at_composition():
+    with pytest.raises(Exception, match="roundz"):
+        fl.compose(["fl.roundz=3"])
+    with pytest.raises(Exception, match="roundz"):  # a forced addition composes, and is refused by the schema
+        validate(fl.compose(["+fl.roundz=3"]))
+
+
+def test_unknown_config_group_option_lists_the_available_ones():
+    with pytest.raises(Exception) as err:
+        fl.compose(["compression=zip"])
+    assert "topk" in str(err.value) and "none" in str(err.value)
+
+
+@pytest.mark.parametrize("key,value,names", [
+    ("compression.name", "zip", ["topk", "none", "TopKProtocol"]),
+    ("secagg.name", "rsa", ["dh", "none", "DHProtocol"]),
+])
+def test_unknown_protocol_name_lists_registered_names(key, value, names):
+    cfg = fl.compose()
+    OmegaConf.update(cfg, key, value)
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_seed_framework_aliases_resolve_to_canonical_names():
+    cfg = validate(fl.build_config(mask_protocol="DHProtocol", compression_protocol="TopKProtocol"))
+    assert (cfg.secagg.name, cfg.compression.name) == ("dh", "topk")
+    with pytest.raises(ConfigError, match="registered"):
+        fl.build_config(mask_protocol="RSAProtocol")
+
+
+@pytest.mark.parametrize("ratio", [0, -0.1, 1.5, float("nan"), float("inf")])
+def test_ratio_outside_unit_interval_is_refused_and_writes_no_rows(ratio, tmp_path):
+    with pytest.raises(ConfigError, match="ratio"):
+        fl.run_server(compress_ratio=ratio, backend="inline", **{"results.dir": str(tmp_path)})
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_run_server_refuses_unknown_keyword():
+    with pytest.raises(ConfigError, match="not_a_key"):
+        fl.build_config(not_a_key=3)
+
+
+@pytest.mark.parametrize("override,match", [
+    ("fl.clients_per_round=11", "clients_per_round"),
+    ("backend=spark", "backend"),
+    ("dataset.partition=shards", "partition"),
+    ("compression.index_policy=best", "index_policy"),
+    ("secagg.clip=0", "clip"),
+])
+def test_inconsistent_values_are_refused(override, match):
+    with pytest.raises(ConfigError, match=match):
+        validate(fl.compose([override]))
+
+
+def test_fixed_point_overflow_is_checked_at_config_time():
+    """With more clients than the field can sum without wrapping, the config is refused up front."""
+    cfg = fl.compose(["fl.num_clients=100000000", "fl.clients_per_round=100000000"])
+    with pytest.raises(ConfigError, match="secagg"):
+        validate(cfg)

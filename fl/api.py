@@ -34,11 +34,14 @@ def build_config(mask_protocol: str = "DHProtocol", compression_protocol: str = 
                  server_with_compression: bool = True, client_with_compression: bool = True,
                  compress_ratio: float = 0.5, **other_config: Any) -> DictConfig:
     """Map the seed framework's names onto the config. Other keys: dotted paths ('dataset.alpha'),
-    `fl` fields by their short name (`rounds`, `num_clients`, ...) or top-level keys (`seed`, `backend`)."""
+    `fl` fields by their short name (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`)
+    or a config group by option name (`model='mlp_small'`)."""
     try:
         groups = [f"secagg={secagg.canonical(mask_protocol)}", f"compression={compression.canonical(compression_protocol)}"]
     except (secagg.UnknownProtocolError, compression.UnknownProtocolError) as err:
         raise ConfigError(str(err)) from None
+    groups += [f"{key}={other_config.pop(key)}" for key in ("dataset", "model")
+               if isinstance(other_config.get(key), str)]  # a config group chosen by name, e.g. model='mlp_small'
     cfg = compose(groups)
     values = {"compression.server": server_with_compression, "compression.client": client_with_compression,
               "compression.ratio": compress_ratio}

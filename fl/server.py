@@ -82,7 +82,7 @@ class MaskedAggregator:
 
     def result(self) -> tuple[np.ndarray, float, np.ndarray | None]:
         """(mean update at the index set, summed weight, summed sketch or None); raises RoundAborted."""
-        total = self.state.result()
+        total = self.total = self.state.result()  # the field sum: all the server ever sees
         weight = float(self.q_weight.dequantize(total[self.k:self.k + 1])[0])
         if not weight > 0:
             raise secagg.RoundAborted(f"summed FedAvg weight {weight} is not positive")

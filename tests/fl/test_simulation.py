@@ -1,0 +1,189 @@
+"""End to end on the bundled digits data: accuracy, bytes, backends, reruns, crashes and bad updates."""
+import numpy as np
+import pandas as pd
+import pytest
+
+import fl
+import secagg
+from fl import wire
+from fl.results import COLUMNS
+from fl.worker import Worker
+
+
+def run(tmp_path, *overrides, backend="inline"):
+    return fl.run(fl.compose([f"results.dir={tmp_path}", f"backend={backend}", *overrides]))
+
+
+def small(tmp_path, *overrides, **kw):
+    return run(tmp_path, "model=mlp_small", "fl.rounds=3", *overrides, **kw)
+
+
+@pytest.fixture(scope="module")
+def results_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.fixture(scope="module")
+def default_ray(results_dir, ray_session):
+    return run(results_dir / "ray", backend="ray")
+
+
+@pytest.fixture(scope="module")
+def dense(results_dir):
+    return run(results_dir, "secagg=none", "compression=none")
+
+
+def test_default_run_reaches_093_on_digits_with_one_row_per_round(default_ray):
+    """`python simulate.py`: DH masking + top-k 0.5 on both sides, Ray workers, 20 rounds."""
+    rows = default_ray
+    assert len(rows) == 20 and list(rows["round"]) == list(range(20))
+    assert set(COLUMNS) <= set(rows.columns)
+    assert rows["accuracy"].iloc[-1] >= 0.93
+    assert (rows[["secagg", "compression", "ratio"]].iloc[0].tolist()) == ["dh", "topk", 0.5]
+    assert (rows["bytes_up"] > 0).all() and (rows["bytes_up_protocol"] > 0).all()
+
+
+def test_inline_and_ray_backends_give_the_same_results(default_ray, results_dir):
+    inline = run(results_dir / "inline")
+    np.testing.assert_array_equal(inline["accuracy"], default_ray["accuracy"])
+    np.testing.assert_array_equal(inline["bytes_up"], default_ray["bytes_up"])
+    np.testing.assert_array_equal(inline["bytes_down"], default_ray["bytes_down"])
+
+
+def test_masked_topk_at_ratio_01_stays_within_2_points_of_dense_at_035x_the_upload(dense, results_dir):
+    masked = run(results_dir, "secagg=dh", "compression=topk", "compression.ratio=0.1", "compression.client=true")
+    assert masked["index_policy"].iloc[0] == "sketch"
+    assert masked["accuracy"].iloc[-1] >= dense["accuracy"].iloc[-1] - 0.02
+    assert masked["bytes_up"].sum() <= 0.35 * dense["bytes_up"].sum()
+    assert (masked["bytes_up_sketch"] > 0).all()
+
+
+def test_unmasked_topk_at_ratio_01_stays_within_2_points_of_dense_at_015x_the_upload(dense, results_dir):
+    topk = run(results_dir, "secagg=none", "compression=topk", "compression.ratio=0.1", "compression.client=true")
+    assert topk["index_policy"].iloc[0] == "per-client"
+    assert topk["accuracy"].iloc[-1] >= dense["accuracy"].iloc[-1] - 0.02
+    assert topk["bytes_up"].sum() <= 0.15 * dense["bytes_up"].sum()
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Lengths of every message the inline run serializes, by kind."""
+    sizes = {}
+    for name in ("encode_update", "encode_advertise", "encode_masked", "encode_roster", "encode_broadcast"):
+        original = getattr(wire, name)
+
+        def wrapper(*a, _original=original, _name=name, **kw):
+            message = _original(*a, **kw)
+            sizes.setdefault(_name, []).append(len(message))
+            return message
+
+        monkeypatch.setattr(wire, name, wrapper)
+    return sizes
+
+
+def test_bytes_are_the_lengths_of_the_serialized_messages_with_masking(tmp_path, recorded):
+    rows = small(tmp_path, "fl.num_clients=6", "fl.clients_per_round=6", "compression.ratio=0.1")
+    assert rows["bytes_up"].sum() == sum(recorded["encode_advertise"]) + sum(recorded["encode_masked"])
+    assert rows["bytes_up_protocol"].sum() == sum(recorded["encode_advertise"])
+    assert rows["bytes_down"].sum() == 6 * (sum(recorded["encode_broadcast"]) + sum(recorded["encode_roster"]))
+
+
+def test_bytes_are_the_lengths_of_the_serialized_messages_without_masking(tmp_path, recorded):
+    rows = small(tmp_path, "secagg=none", "fl.num_clients=6", "fl.clients_per_round=6", "compression.ratio=0.1")
+    assert rows["bytes_up"].sum() == sum(recorded["encode_update"])
+    assert rows["bytes_down"].sum() == 6 * sum(recorded["encode_broadcast"])
+    n = rows["n_params"].iloc[0]
+    assert rows["bytes_up_per_client"].iloc[0] < 4 * n * 0.15  # top-k 0.1: values + positions + header
+
+
+def test_one_or_two_workers_and_two_runs_give_identical_results(tmp_path):
+    one = small(tmp_path / "a", "ray.num_workers=1", "dataset.partition=dirichlet", "secagg=none")
+    two = small(tmp_path / "b", "ray.num_workers=2", "dataset.partition=dirichlet", "secagg=none")
+    again = small(tmp_path / "c", "ray.num_workers=2", "dataset.partition=dirichlet", "secagg=none")
+    for other in (two, again):
+        np.testing.assert_array_equal(one["accuracy"], other["accuracy"])
+        np.testing.assert_array_equal(one["bytes_up"], other["bytes_up"])
+
+
+def test_partial_participation_counts_catch_up_bytes_for_clients_that_missed_broadcasts(tmp_path, recorded):
+    rows = small(tmp_path, "fl.num_clients=8", "fl.clients_per_round=3", "fl.rounds=4")
+    assert (rows["bytes_down"] >= 3 * pd.Series(recorded["encode_broadcast"])).all()
+    assert rows["bytes_down"].iloc[1:].sum() > 3 * sum(recorded["encode_broadcast"][1:])  # someone caught up
+
+
+def test_rerunning_a_finished_configuration_skips_it_and_keeps_its_rows(tmp_path, capsys):
+    first = small(tmp_path)
+    path = next(tmp_path.glob("*/rounds.csv"))
+    stamp = path.stat().st_mtime_ns
+    second = small(tmp_path)
+    assert "skipping" in capsys.readouterr().out
+    assert path.stat().st_mtime_ns == stamp
+    np.testing.assert_array_equal(first["accuracy"], second["accuracy"])
+
+
+def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_path, monkeypatch):
+    import fl.simulation as sim
+
+    calls = {"n": 0}
+    original = sim.evaluate
+
+    def crash_on_third(*a, **kw):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise RuntimeError("killed")
+        return original(*a, **kw)
+
+    monkeypatch.setattr(sim, "evaluate", crash_on_third)
+    with pytest.raises(RuntimeError, match="killed"):
+        small(tmp_path)
+    folder = next(tmp_path.iterdir())
+    assert len(pd.read_csv(folder / "rounds.csv")) == 2 and not (folder / "done.json").exists()
+    monkeypatch.setattr(sim, "evaluate", original)
+    rows = small(tmp_path)
+    assert len(rows) == 3 and (folder / "done.json").exists()
+    kept = list(folder.glob("rounds.incomplete-*.csv"))
+    assert len(kept) == 1 and len(pd.read_csv(kept[0])) == 2
+
+
+def _poison(monkeypatch, client=2):
+    original = Worker._train
+
+    def train(self, cid, round):
+        update, n = original(self, cid, round)
+        if cid == client:
+            update[5] = np.nan
+        return update, n
+
+    monkeypatch.setattr(Worker, "_train", train)
+
+
+def test_a_nan_update_is_rejected_never_aggregated(tmp_path, monkeypatch):
+    _poison(monkeypatch)
+    rows = small(tmp_path, "secagg=none", "fl.num_clients=5", "fl.clients_per_round=5")
+    assert (rows["rejected"] == 1).all()
+    assert rows["accuracy"].iloc[-1] > 0.5  # the other four clients still train a finite model
+
+
+def test_a_nan_update_under_masking_aborts_the_round_loudly(tmp_path, monkeypatch):
+    _poison(monkeypatch)
+    with pytest.raises(secagg.RoundAborted, match=r"\[2\]"):
+        small(tmp_path, "fl.num_clients=5", "fl.clients_per_round=5")
+
+
+def test_server_rejects_a_payload_with_nan_and_keeps_its_sum(tmp_path):
+    from fl.server import PlainAggregator
+
+    agg = PlainAggregator(0, 4)
+    bad = np.array([1, np.nan, 0, 0], np.float32).tobytes()
+    with pytest.raises(ValueError, match="NaN"):
+        agg.add(wire.encode_update(0, 1, "none", 4, 10.0, bad))
+    assert agg.result() is None
+
+
+def test_run_server_keeps_the_older_frameworks_call(tmp_path):
+    rows = fl.run_server(mask_protocol="DHProtocol", compression_protocol="TopKProtocol",
+                         server_with_compression=True, client_with_compression=True, compress_ratio=0.5,
+                         rounds=2, backend="inline", model="mlp_small", **{"results.dir": str(tmp_path)})
+    assert isinstance(rows, pd.DataFrame) and len(rows) == 2
+    assert rows["secagg"].iloc[0] == "dh" and rows["compression"].iloc[0] == "topk"
+    assert rows["index_policy"].iloc[0] == "randk(sketch fallback)"  # at 0.5 a sketch cannot pay for itself

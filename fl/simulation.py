@@ -67,7 +67,7 @@ def run(cfg) -> pd.DataFrame:
     pool = make_pool(cfg, cfg_dict)
     log.start(cfg_dict)
     try:
-        bar = tqdm(range(cfg.fl.rounds), desc=f"fedsqueeze {chash}", unit="round")
+        bar = tqdm(range(cfg.fl.rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
             t_round = time.perf_counter()
             row = dict(static, round=r, rejected=0, aborted=False)

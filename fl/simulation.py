@@ -59,7 +59,8 @@ def run(cfg) -> pd.DataFrame:
         "compression": cfg.compression.name, "ratio": cfg.compression.ratio,
         "client_compression": cfg.compression.client, "server_compression": broadcaster.codec.name != "none",
         "error_feedback": cfg.compression.error_feedback, "secagg": cfg.secagg.name,
-        "index_policy": policy.name if policy is not None else "per-client",
+        "index_policy": policy.name if policy is not None else
+        ("per-client" if cfg.compression.client and cfg.compression.name != "none" else "dense"),
     }
     last_sync: dict[int, int] = {}
     broadcast_sizes: list[int] = []

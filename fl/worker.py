@@ -83,9 +83,13 @@ class Worker:
                     self.cfg.device)
         return get_flat(self.model) - self.reference, len(y)
 
-    def _corrected(self, cid: int, update: np.ndarray) -> np.ndarray:
+    def _client_update(self, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
+        """Train the client; its update plus its error-feedback residual, and its sample count."""
+        t0 = time.perf_counter()
+        update, n = self._train(cid, round)
+        t["t_train"] += time.perf_counter() - t0
         residual = self.residuals.get(cid) if self.error_feedback else None
-        return update if residual is None else update + residual
+        return (update if residual is None else update + residual), n
 
     def state_bytes(self) -> int:
         """Memory held across rounds for this worker's clients (error-feedback residuals)."""
@@ -99,10 +103,8 @@ class Worker:
         t["t_sync"] += self.sync(broadcast, round)
         out = []
         for cid in clients:
-            t0 = time.perf_counter()
-            update, n = self._train(cid, round)
+            corrected, n = self._client_update(cid, round, t)
             t1 = time.perf_counter()
-            corrected = self._corrected(cid, update)
             try:
                 payload = self.client_codec.encode(corrected)
             except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
@@ -111,7 +113,6 @@ class Worker:
             if self.error_feedback:
                 self.residuals[cid] = corrected - self.client_codec.decode(payload, self.length)
             out.append((cid, wire.encode_update(round, cid, self.client_codec.name, self.length, float(n), payload)))
-            t["t_train"] += t1 - t0
             t["t_encode"] += time.perf_counter() - t1
         t["state_bytes"] = self.state_bytes()
         return out, dict(t)
@@ -141,10 +142,8 @@ class Worker:
         sketch = self.policy.sketch(round)
         out = []
         for cid in clients:
-            t0 = time.perf_counter()
-            update, n = self._train(cid, round)
+            corrected, n = self._client_update(cid, round, t)
             t1 = time.perf_counter()
-            corrected = self._corrected(cid, update)
             rng = np.random.default_rng(client_seed(c.seed, round, cid) ^ 0x5EC)
             w = min(n / self.mean_samples, float(c.secagg.max_weight))
             client = self.pending.pop(cid)
@@ -164,7 +163,6 @@ class Worker:
             t2 = time.perf_counter()
             message = wire.encode_masked(client.mask(roster_msg, vector))
             out.append((cid, message))
-            t["t_train"] += t1 - t0
             t["t_encode"] += t2 - t1
             t["t_mask"] += time.perf_counter() - t2
         t["state_bytes"] = self.state_bytes()

@@ -53,6 +53,7 @@ class CompressionConfig:
     sketch_rows: int = 1
     sketch_cols_per_k: float = 2.0  # sketch columns as a multiple of k
     prev_topk_random: float = 0.1   # prev_topk: share of k drawn at random
+    residual_dtype: str = "float32"  # float32 | float16: storage of error-feedback residuals between rounds
 
 
 @dataclass
@@ -145,6 +146,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             raise ConfigError(f"fl.{key} must be >= 1, got {getattr(f, key)}")
     if not f.lr > 0:
         raise ConfigError(f"fl.lr must be > 0, got {f.lr}")
+    if c.compression.residual_dtype not in ("float32", "float16"):
+        raise ConfigError(f"compression.residual_dtype must be float32 or float16, got {c.compression.residual_dtype!r}")
     if c.compression.sketch_rows < 1 or not c.compression.sketch_cols_per_k > 0:
         raise ConfigError("compression.sketch_rows must be >= 1 and sketch_cols_per_k > 0")
     if secagg.get(c.secagg.name).masks:

@@ -9,7 +9,7 @@
 """
 from __future__ import annotations
 
-import math
+import resource
 import time
 import uuid
 from collections import defaultdict
@@ -65,13 +65,15 @@ def run(cfg) -> pd.DataFrame:
     last_sync: dict[int, int] = {}
     broadcast_sizes: list[int] = []
     rows = []
-    pool = make_pool(cfg, cfg_dict)
+    t_setup = time.perf_counter()
+    pool = make_pool(cfg, cfg_dict)  # Ray start (if needed) and the workers' start-up
+    t_setup = time.perf_counter() - t_setup
     log.start(cfg_dict)
     try:
         bar = tqdm(range(cfg.fl.rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
             t_round = time.perf_counter()
-            row = dict(static, round=r, rejected=0, aborted=False)
+            row = dict(static, round=r, rejected=0, aborted=False, t_setup=t_setup if r == 0 else 0.0)
             stats: dict[str, float] = defaultdict(float)
             cohort = seeds.cohort(cfg.seed, r, cfg.fl.num_clients, cfg.fl.clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
@@ -142,6 +144,7 @@ def run(cfg) -> pd.DataFrame:
                 bytes_up_per_client=(bytes_payload + bytes_protocol) / len(cohort),
                 bytes_down=bytes_down, bytes_down_per_client=bytes_down / len(cohort),
                 t_round=time.perf_counter() - t_round, **stats)
+            row["driver_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             log.write(row)
             rows.append(row)
             if "accuracy" in row:
@@ -165,8 +168,8 @@ def _in_client_order(replies: dict, stats: dict):
     messages = []
     for out, worker_stats in replies.values():
         messages.extend(out)
-        for key, value in worker_stats.items():
-            stats[key] += value
+        for key, value in worker_stats.items():  # peaks: the largest worker's; everything else adds up
+            stats[key] = max(stats[key], value) if key.endswith("_peak_mb") else stats[key] + value
     return sorted(messages, key=lambda m: m[0])
 
 

@@ -15,6 +15,7 @@ client (sticky assignment: client id modulo number of workers).
 """
 from __future__ import annotations
 
+import resource
 import time
 from collections import defaultdict
 
@@ -53,6 +54,7 @@ class Worker:
         codec_cls = compression.get(c.compression.name)
         self.client_codec = codec_cls(c.compression.ratio) if c.compression.client else compression.get("none")()
         self.error_feedback = c.compression.error_feedback and c.compression.client and self.client_codec.biased
+        self.residual_dtype = np.dtype(c.compression.residual_dtype)
         self.policy = make_index_policy(c, self.length)  # public: the worker needs only its sketch hashes
 
     # --- shared steps ---------------------------------------------------------------------------
@@ -89,11 +91,16 @@ class Worker:
         update, n = self._train(cid, round)
         t["t_train"] += time.perf_counter() - t0
         residual = self.residuals.get(cid) if self.error_feedback else None
-        return (update if residual is None else update + residual), n
+        return (update if residual is None else update + residual.astype(np.float32)), n
 
-    def state_bytes(self) -> int:
-        """Memory held across rounds for this worker's clients (error-feedback residuals)."""
-        return sum(r.nbytes for r in self.residuals.values())
+    def _keep_residual(self, cid: int, residual: np.ndarray) -> None:
+        self.residuals[cid] = residual.astype(self.residual_dtype, copy=False)
+
+    def stats(self) -> dict:
+        """Memory held across rounds for this worker's clients (error-feedback residuals) and the
+        process's peak resident memory (ru_maxrss, MB)."""
+        return {"state_bytes": sum(r.nbytes for r in self.residuals.values()),
+                "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
     # --- without masking: one exchange ---------------------------------------------------------
 
@@ -111,10 +118,10 @@ class Worker:
                 out.append((cid, None))
                 continue
             if self.error_feedback:
-                self.residuals[cid] = corrected - self.client_codec.decode(payload, self.length)
+                self._keep_residual(cid, corrected - self.client_codec.decode(payload, self.length))
             out.append((cid, wire.encode_update(round, cid, self.client_codec.name, self.length, float(n), payload)))
             t["t_encode"] += time.perf_counter() - t1
-        t["state_bytes"] = self.state_bytes()
+        t.update(self.stats())
         return out, dict(t)
 
     # --- with masking: advertise keys, then masked input ----------------------------------------
@@ -155,7 +162,7 @@ class Worker:
                 residual = corrected.copy()
                 residual[idx] -= sent / w  # clipping and rounding error stay in the residual
                 if self.error_feedback:
-                    self.residuals[cid] = residual
+                    self._keep_residual(cid, residual)
             parts = [qv, q_weight.quantize(np.array([w], np.float32), rng)]
             if sketch is not None:
                 parts.append(q_sketch.quantize(sketch.sketch(residual).ravel(), rng))
@@ -165,5 +172,5 @@ class Worker:
             out.append((cid, message))
             t["t_encode"] += t2 - t1
             t["t_mask"] += time.perf_counter() - t2
-        t["state_bytes"] = self.state_bytes()
+        t.update(self.stats())
         return out, dict(t)

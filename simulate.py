@@ -4,8 +4,11 @@ Hydra composes conf/config.yaml with the overrides; fl.run validates it, runs it
 row per round to <results.dir>/<config_hash>/rounds.csv.
 """
 import sys
+import traceback
 
 import hydra
+from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import fl
@@ -21,6 +24,13 @@ def main(cfg: DictConfig) -> None:
     except ConfigError as err:  # refused before any work: no rows written
         print(f"fedsqueeze: configuration refused: {err}", file=sys.stderr)
         sys.exit(2)
+    except Exception:
+        if HydraConfig.get().mode != RunMode.MULTIRUN:
+            raise
+        # In a sweep one crashed cell must not stop the others: it is recorded (failed-*.txt beside its
+        # rows, listed by experiments.report) and rerunning the same command retries it.
+        traceback.print_exc()
+        print("fedsqueeze: this cell failed; the sweep goes on", file=sys.stderr)
 
 
 if __name__ == "__main__":

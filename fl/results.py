@@ -2,7 +2,7 @@
 
 A run that finished leaves `done.json` beside its rows and is skipped on rerun. Rows of a run that
 was killed are kept: the next run moves them to `rounds.incomplete-<run_id>.csv` and starts afresh,
-so nothing already written is ever overwritten.
+so nothing already written is ever overwritten. A run that raised leaves `failed-<run_id>.txt`.
 """
 from __future__ import annotations
 
@@ -23,6 +23,7 @@ COLUMNS = [
     "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "rejected", "aborted",
     "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate", "t_round",
     "state_bytes", "driver_peak_mb", "worker_peak_mb",
+    "env", "env_cpu", "env_cores", "env_torch", "device", "backend", "num_workers",
 ]
 
 
@@ -62,6 +63,10 @@ class RunLog:
     def finish(self, summary: dict) -> None:
         self.close()
         self.done_path.write_text(json.dumps(summary, indent=2, sort_keys=True))
+
+    def fail(self, error: str) -> None:
+        self.close()
+        (self.dir / f"failed-{self.run_id}.txt").write_text(error + "\n")
 
     def close(self) -> None:
         if self._file is not None:

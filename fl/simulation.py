@@ -20,7 +20,7 @@ import torch
 from tqdm import tqdm
 
 import secagg
-from fl import seeds
+from fl import environment, seeds
 from fl.config import as_dict, validate
 from fl.data import load_dataset
 from fl.models import build_model, get_flat, set_flat
@@ -59,6 +59,7 @@ def run(cfg) -> pd.DataFrame:
         "compression": cfg.compression.name, "ratio": cfg.compression.ratio,
         "client_compression": cfg.compression.client, "server_compression": broadcaster.codec.name != "none",
         "error_feedback": cfg.compression.error_feedback, "secagg": cfg.secagg.name,
+        **environment.describe(cfg.device, cfg.backend, size),
         "index_policy": policy.name if policy is not None else
         ("per-client" if cfg.compression.client and cfg.compression.name != "none" else "dense"),
     }
@@ -151,6 +152,9 @@ def run(cfg) -> pd.DataFrame:
                 bar.set_postfix(acc=f"{row['accuracy']:.3f}", up=f"{row['bytes_up'] / 1e6:.2f}MB",
                                 down=f"{bytes_down / 1e6:.2f}MB")
         bar.close()
+    except BaseException as err:
+        log.fail(f"{type(err).__name__}: {err}")  # a crashed cell is recorded beside its rows, never silent
+        raise
     finally:
         pool.close()
         log.close()

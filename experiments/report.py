@@ -1,0 +1,190 @@
+"""Turn tidy per-round rows into the top-k result table and plots, from the rows alone.
+
+    python -m experiments.report results/runs [more dirs ...] [--out results] [--target 0.9]
+
+Reads every `<dir>/**/rounds.csv` of a finished run (one with done.json beside it); runs that have rows
+but never finished are listed as incomplete, not silently dropped. Writes under --out:
+topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, time_breakdown.png.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
+           "secagg", "index_policy"]
+BASELINE = ["env", "dataset", "partition", "model"]
+STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
+
+
+def load(dirs: list[str]) -> tuple[pd.DataFrame, list[Path]]:
+    frames, incomplete = [], []
+    for d in dirs:
+        for path in sorted(Path(d).rglob("rounds.csv")):
+            if (path.parent / "done.json").exists():
+                frames.append(pd.read_csv(path))
+            else:
+                incomplete.append(path)
+    if not frames:
+        raise SystemExit(f"no finished runs under {', '.join(dirs)}")
+    rows = pd.concat(frames, ignore_index=True)
+    if "env" not in rows:
+        rows["env"] = "unknown"
+    rows["env"] = rows["env"].fillna("unknown")
+    return rows, incomplete
+
+
+def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
+    """One line per run: final accuracy, rounds to target, per-round bytes and stage seconds."""
+    def summarize(run: pd.DataFrame) -> pd.Series:
+        run = run.sort_values("round")
+        reached = run.loc[run["accuracy"] >= target, "round"]
+        out = {k: run[k].iloc[0] for k in SETTING + ["seed"]}
+        out.update(final_accuracy=run["accuracy"].dropna().iloc[-1],
+                   rounds_to_target=int(reached.iloc[0]) + 1 if len(reached) else np.nan,
+                   up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
+                   upload_total_per_client=run["bytes_up_per_client"].sum(),
+                   rounds=len(run), **{s: run[s].mean() for s in STAGES + ["t_round"]})
+        return pd.Series(out)
+
+    return rows.groupby("run_id").apply(summarize, include_groups=False).reset_index(drop=True)
+
+
+def table(runs: pd.DataFrame) -> pd.DataFrame:
+    g = runs.groupby(SETTING, dropna=False, sort=True)
+    t = g.agg(seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
+              up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
+              encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
+              round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean")).reset_index()
+    dense = t[(t["compression"] == "none") & (t["secagg"] == "none")].set_index(BASELINE)
+    key = t.set_index(BASELINE).index
+    t["up_vs_dense"] = t["up_per_client"].to_numpy() / dense["up_per_client"].reindex(key).to_numpy()
+    t["down_vs_dense"] = t["down_per_client"].to_numpy() / dense["down_per_client"].reindex(key).to_numpy()
+    t["accuracy_change"] = t["accuracy"].to_numpy() - dense["accuracy"].reindex(key).to_numpy()
+    return t
+
+
+def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str) -> str:
+    lines = ["# Top-k results", "", f"Regenerate: `{command}`", "",
+             "Final test accuracy: mean ± std over seeds. Bytes: per client per round, counted from the serialized "
+             "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
+             "data and model. Seconds: per round (client-side stages summed over the cohort). "
+             f"Rounds to target: first round with accuracy >= {target} (mean over seeds; blank = never).", ""]
+    envs = sorted(t["env"].unique())
+    lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
+    header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | seeds | accuracy | Δ vs dense "
+              "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
+              "| rounds to target |")
+    lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    for r in t.itertuples():
+        lines.append(
+            f"| {r.env} | {r.dataset} ({r.partition}) | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
+            f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {r.seeds} "
+            f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_change:+.3f} "
+            f"| {r.up_per_client:,.0f} | {r.up_vs_dense:.4f} | {r.down_per_client:,.0f} | {r.down_vs_dense:.4f} "
+            f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
+            f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f}'} |")
+    if len(envs) > 1:
+        lines += ["", "## Environments compared (seconds per round)", "",
+                  t.pivot_table(index=["dataset", "model", "compression", "ratio", "secagg"], columns="env",
+                                values="round_s").round(4).to_markdown()]
+    if incomplete:
+        lines += ["", "## Incomplete runs (rows but no done.json: crashed, killed or still running)", ""]
+        for p in incomplete:
+            errors = [f.read_text().strip() for f in sorted(p.parent.glob("failed-*.txt"))]
+            lines.append(f"- `{p}`" + (f": {errors[-1]}" if errors else ""))
+    return "\n".join(lines) + "\n"
+
+
+def _num(x: float) -> str:
+    return "" if pd.isna(x) else f"{x:.4f}"
+
+
+def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    base = runs[(runs["secagg"] == "none") & ((runs["compression"] == "none") |
+                                             ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool)))]
+    base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
+    for (dataset, partition, model), g in base.groupby(["dataset", "partition", "model"]):
+        s = g.groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
+        params = int(g["n_params"].iloc[0])
+        ax.errorbar(s.index, s["mean"], yerr=s["std"], marker="o", capsize=3,
+                    label=f"{model} ({params:,} params), {dataset} {partition}")
+    ax.set_xscale("log")
+    ax.set_xlabel("compress ratio (fraction of entries kept; 1 = dense)")
+    ax.set_ylabel("final test accuracy")
+    ax.set_title("Top-k with error feedback, no masking: accuracy vs. ratio\n(mean ± std over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    label = runs["compression"] + np.where(runs["secagg"] != "none", " + " + runs["secagg"] + " (" + runs["index_policy"].astype(str) + ")", "") \
+        + np.where(runs["error_feedback"].astype(bool) | (runs["compression"] == "none"), "", " no EF")
+    for name, g in runs.assign(codec=label).groupby("codec"):
+        s = g.groupby("ratio")[["upload_total_per_client", "final_accuracy"]].mean().sort_values("upload_total_per_client")
+        ax.plot(s["upload_total_per_client"], s["final_accuracy"], marker="o", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("cumulative upload per client over the run (bytes)")
+    ax.set_ylabel("final test accuracy")
+    ax.set_title("Accuracy vs. bytes sent, every codec (points: ratios, mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
+    g = t_runs.groupby(["model", "compression", "ratio", "secagg"])[STAGES + ["t_round"]].mean()
+    g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
+    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 5))
+    bottom = np.zeros(len(g))
+    for stage in STAGES + ["other"]:
+        ax.bar(range(len(g)), g[stage], bottom=bottom, label=stage.removeprefix("t_"))
+        bottom += g[stage].to_numpy()
+    ax.set_xticks(range(len(g)))
+    ax.set_xticklabels([f"{m} {c} {r:g} {s}" for m, c, r, s in g.index], rotation=70, ha="right", fontsize=7)
+    ax.set_ylabel("seconds per round (client stages summed over the cohort)")
+    ax.set_title("Where a round's time goes, by stage")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None) -> pd.DataFrame:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("dirs", nargs="+")
+    ap.add_argument("--out", default="results")
+    ap.add_argument("--target", type=float, default=0.9, help="accuracy for the rounds-to-target column")
+    args = ap.parse_args(argv)
+    rows, incomplete = load(args.dirs)
+    runs = per_run(rows, args.target)
+    t = table(runs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    t.to_csv(out / "topk_table.csv", index=False)
+    command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
+    (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command))
+    plot_accuracy_vs_ratio(runs, out / "accuracy_vs_ratio.png")
+    plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
+    plot_time_breakdown(runs, out / "time_breakdown.png")
+    print(f"report: {len(runs)} runs, {len(t)} settings, {len(incomplete)} incomplete -> {out}")
+    return t
+
+
+if __name__ == "__main__":
+    main()

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import zlib
 from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["Codec", "DecodeError", "check_vector"]
+__all__ = ["Codec", "DecodeError", "check_vector", "check_ratio", "check_length", "check_seed", "input_seed"]
 
 
 class DecodeError(ValueError):
@@ -19,22 +20,28 @@ class DecodeError(ValueError):
     """
 
 
-def check_vector(vector) -> np.ndarray:
+def check_vector(vector, finite: bool = True) -> np.ndarray:
     """`vector` as a contiguous 1-D float32 array with finite entries (no copy if it already is one).
 
     Codecs refuse NaN and Inf: top-k would rank them arbitrarily and the server would average them
     into the global model, so failing at the client that produced them is the useful place.
+    `finite=False` leaves that check to a caller that finds it cheaper (top-k checks the largest
+    magnitude it computes anyway).
     """
-    array = np.asarray(vector)
+    array = vector if type(vector) is np.ndarray else np.asarray(vector)
     if array.ndim != 1:
         raise ValueError(f"expected a 1-D vector, got shape {array.shape}")
-    if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
-        raise TypeError(f"expected a real-valued vector, got dtype {array.dtype}")
-    with np.errstate(over="ignore"):  # float64 beyond float32's range becomes Inf, refused just below
-        array = np.ascontiguousarray(array, dtype=np.float32)
-    if not np.isfinite(array).all():
-        raise ValueError("vector contains NaN or Inf (after conversion to float32)")
+    if array.dtype != np.float32 or not array.flags.c_contiguous:
+        if not (np.issubdtype(array.dtype, np.floating) or np.issubdtype(array.dtype, np.integer)):
+            raise TypeError(f"expected a real-valued vector, got dtype {array.dtype}")
+        with np.errstate(over="ignore"):  # float64 beyond float32's range becomes Inf, refused just below
+            array = np.ascontiguousarray(array, dtype=np.float32)
+    if finite and not np.isfinite(array).all():
+        raise ValueError(NON_FINITE)
     return array
+
+
+NON_FINITE = "vector contains NaN or Inf (after conversion to float32)"
 
 
 def check_ratio(ratio) -> float:
@@ -54,16 +61,46 @@ def check_length(length) -> int:
     return int(length)
 
 
+def check_seed(seed) -> int | None:
+    """A randomized codec's `seed` option: a non-negative int, or None for fresh OS entropy."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
+    return int(seed)
+
+
+def input_seed(seed: int | None, vector: np.ndarray) -> int:
+    """The 64-bit seed of one randomized encode.
+
+    `seed` None: fresh OS entropy (not reproducible). An int: a hash of (seed, the vector's CRC-32,
+    its length), so a run is reproducible and does not depend on how clients are spread over
+    workers, while different clients' updates still draw different random numbers. The codecs
+    treat it as random; for a fixed input it is a fixed (pseudo-random) choice.
+    """
+    if seed is None:
+        return int(np.random.SeedSequence().generate_state(1, np.uint64)[0])
+    return int(np.random.SeedSequence([seed, zlib.crc32(vector), vector.size]).generate_state(1, np.uint64)[0])
+
+
 class Codec:
     """A compression protocol: a float32 vector <-> bytes with one documented byte layout.
 
     Subclasses set `name` and `biased`, implement `encode`, `decode` and `size`, document their
     size formula in the class docstring, and end their module with a `register(...)` line.
-    `biased` says whether E[decode(encode(v))] != v, i.e. whether error feedback is needed.
+
+    - `Cls(ratio=0.5, **options)`: every option has a default, so `compression.get(name)(ratio)`
+      always works. The same class serves the clients (updates) and the server (broadcast).
+    - `decode` reads everything it needs from the payload: the receiver builds the codec as
+      `compression.get(name)()`, without the sender's ratio or options.
+    - `biased` says whether E[decode(encode(v))] != v, i.e. whether error feedback is needed; a
+      codec whose bias depends on an option sets it per instance.
+    - `uses_ratio` is False for dense codecs that accept `ratio` and ignore it.
     """
 
     name: ClassVar[str]
-    biased: ClassVar[bool]
+    biased: bool
+    uses_ratio: ClassVar[bool] = True
 
     def __init__(self, ratio: float = 0.5):
         self.ratio = check_ratio(ratio)

@@ -21,6 +21,12 @@ class ErrorFeedback:
       2. payload = codec.encode(corrected)
       3. new residual = corrected - codec.decode(payload), what the server did not receive
     The caller keeps the residual (one per client, across rounds) and passes it back next round.
+
+    The invariant holds for any codec; whether the residual stays bounded depends on the codec
+    being a contraction (top-k, rand-k, ternary, the quantizers are). A count sketch decoded with
+    too few rows or too many heavy hitters is not, and its residual diverges; its defaults are
+    chosen to stay bounded (see `CountSketchCompression`), and `SketchAccumulator` keeps the
+    feedback on the server instead.
     """
 
     def __init__(self, codec: Codec):

@@ -18,6 +18,7 @@ class NoCompression(Codec):
 
     name = "none"
     biased = False
+    uses_ratio = False
 
     def encode(self, vector: np.ndarray) -> bytes:
         return check_vector(vector).astype("<f4", copy=False).tobytes()

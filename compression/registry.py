@@ -58,9 +58,10 @@ def names() -> list[str]:
 
 
 def _listing() -> str:
-    """'none, topk (aliases: TopKProtocol)': what an error message shows."""
+    """'none, topk (aliases: TopKProtocol), ...': what an error message shows, in registration order
+    (the package registers the dense baseline and top-k first, then the other codecs by file name)."""
     parts = []
-    for name in names():
+    for name in _classes:
         aliases = [key for key, owner in _canonical_of.items() if owner == name and key != name]
         parts.append(f"{name} (aliases: {', '.join(aliases)})" if aliases else name)
     return ", ".join(parts) or "nothing"

@@ -42,21 +42,36 @@ class CountSketch:
         if vector.size != self.length:
             raise ValueError(f"expected a vector of length {self.length}, got {vector.size}")
         table = np.empty((self.rows, self.cols), dtype=np.float32)
+        weights = np.empty(self.length, dtype=np.float64)  # reused: fresh large arrays cost page faults
         for r in range(self.rows):  # bincount sums in float64, so rounding does not pile up in a bucket
-            table[r] = np.bincount(self.buckets[r], weights=self.signs[r] * vector, minlength=self.cols)
+            np.multiply(vector, self.signs[r], out=weights)
+            table[r] = np.bincount(self.buckets[r], weights=weights, minlength=self.cols)
         return table
 
     def estimate(self, table: np.ndarray) -> np.ndarray:
-        """Float32 estimate of every entry of the sketched vector: median over rows."""
+        """Float32 estimate of every entry of the sketched vector: median over rows.
+
+        Rows 1, 3 and 5 use min/max networks written into preallocated rows (np.median along a short
+        axis is ~50x slower, and on long vectors every fresh temporary costs page faults).
+        """
         table = self._check_table(table)
         per_row = np.empty((self.rows, self.length), dtype=np.float32)
         for r in range(self.rows):
-            np.multiply(table[r].take(self.buckets[r]), self.signs[r], out=per_row[r])
+            np.take(table[r], self.buckets[r], out=per_row[r])
+            np.multiply(per_row[r], self.signs[r], out=per_row[r])
         if self.rows == 1:
-            return per_row[0]
-        if self.rows == 3:  # the usual shape; np.median along a short axis is ~50x slower than this
-            low, high = np.minimum(per_row[0], per_row[1]), np.maximum(per_row[0], per_row[1])
-            return np.maximum(low, np.minimum(high, per_row[2]))
+            return per_row.reshape(self.length)
+        if self.rows == 3:
+            return _median3(*per_row, out=np.empty(self.length, dtype=np.float32))
+        if self.rows == 5:  # drop the smallest and the largest of rows 0-3 (neither can be the median)
+            a, b, c, d, e = per_row
+            out = np.minimum(a, b)
+            np.maximum(a, b, out=a)
+            np.minimum(c, d, out=b)
+            np.maximum(c, d, out=c)
+            np.maximum(out, b, out=b)  # the larger of the two small ones
+            np.minimum(a, c, out=c)  # the smaller of the two large ones
+            return _median3(e, b, c, out=out)
         return np.median(per_row, axis=0).astype(np.float32)
 
     def heavy_hitters(self, table: np.ndarray, k: int) -> np.ndarray:
@@ -74,3 +89,11 @@ class CountSketch:
 
     def __repr__(self) -> str:
         return f"CountSketch(rows={self.rows}, cols={self.cols}, length={self.length}, seed={self.seed!r})"
+
+
+def _median3(a: np.ndarray, b: np.ndarray, c: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """Elementwise median of three into `out` (overwrites `a`; `out` must not alias the inputs)."""
+    np.minimum(a, b, out=out)
+    np.maximum(a, b, out=a)
+    np.minimum(a, c, out=a)
+    return np.maximum(out, a, out=out)

@@ -29,17 +29,23 @@ class FLConfig:
 
 @dataclass
 class DatasetConfig:
-    name: str = "digits"
-    partition: str = "iid"          # iid | dirichlet
+    name: str = "digits"            # digits | mnist | fashion_mnist | cifar10
+    partition: str = "iid"          # iid | dirichlet | shards
     alpha: float = 0.5              # Dirichlet concentration (smaller = more skewed)
-    test_fraction: float = 0.2
-    root: str = "data"
+    shards_per_client: int = 2      # shards: label-sorted shards per client (about that many classes each)
+    test_fraction: float = 0.2      # digits only; the others use their own test split
+    root: str = "data"              # mnist/fashion_mnist/cifar10 files live here (torchvision's layout)
+    download: bool = False          # download into root when missing (needs a network)
+    max_train: Optional[int] = None  # null: all; else a seeded subsample (quick runs)
+    max_test: Optional[int] = None
 
 
 @dataclass
 class ModelConfig:
     name: str = "mlp_large"
-    hidden: list[int] = field(default_factory=lambda: [1024, 420])
+    hidden: list[int] = field(default_factory=lambda: [1024, 420])  # dense widths (after the convolutions)
+    channels: list[int] = field(default_factory=list)  # convolution / ResNet stage widths (CNNs only)
+    norm: str = "group"             # resnet_small: group (GroupNorm) | batch (BatchNorm, batch statistics)
 
 
 @dataclass
@@ -62,6 +68,9 @@ class SecAggConfig:
     clip: float = 0.5               # fixed-point clip of the (weighted) update values
     sketch_clip: float = 4.0        # clip of the count-sketch cells
     max_weight: float = 8.0         # FedAvg weight (local samples / mean samples) is capped here
+    threshold: Optional[int] = None  # t of t-of-n Shamir; null: a strict majority (of each neighbourhood)
+    neighbours: Optional[int] = None  # secaggplus graph degree; null: 2*ceil(log2 n), even, capped at n-1
+    dropout: float = 0.0            # per-step probability that a client vanishes (injected; seeded)
 
 
 @dataclass
@@ -102,8 +111,8 @@ def register_schema() -> None:
 
 
 INDEX_POLICIES = ("sketch", "randk", "prev_topk")
-MODELS = ("mlp_small", "mlp_large")
-DATASETS = ("digits",)
+MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS
+DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")  # = fl.data.DATASETS
 
 
 def validate(cfg: DictConfig | Config) -> DictConfig:
@@ -128,12 +137,33 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"backend must be 'ray' or 'inline', got {c.backend!r}")
     if c.dataset.name not in DATASETS:
         raise ConfigError(f"unknown dataset {c.dataset.name!r}; available: {', '.join(DATASETS)}")
-    if c.dataset.partition not in ("iid", "dirichlet"):
-        raise ConfigError(f"dataset.partition must be 'iid' or 'dirichlet', got {c.dataset.partition!r}")
+    if c.dataset.partition not in ("iid", "dirichlet", "shards"):
+        raise ConfigError(
+            f"dataset.partition must be 'iid', 'dirichlet' or 'shards', got {c.dataset.partition!r}")
     if c.dataset.partition == "dirichlet" and not c.dataset.alpha > 0:
         raise ConfigError(f"dataset.alpha must be > 0, got {c.dataset.alpha}")
+    if c.dataset.partition == "shards" and c.dataset.shards_per_client < 1:
+        raise ConfigError(f"dataset.shards_per_client must be >= 1, got {c.dataset.shards_per_client}")
+    for key in ("max_train", "max_test"):
+        if getattr(c.dataset, key) is not None and getattr(c.dataset, key) < 1:
+            raise ConfigError(f"dataset.{key} must be >= 1 or null (all), got {getattr(c.dataset, key)}")
+    if not c.dataset.download:  # missing files are refused here, in one line (DatasetNotFoundError is a ConfigError)
+        from fl.data import check_files
+
+        check_files(c.dataset.name, c.dataset.root)
     if c.model.name not in MODELS:
         raise ConfigError(f"unknown model {c.model.name!r}; available: {', '.join(MODELS)}")
+    if c.model.norm not in ("group", "batch"):
+        raise ConfigError(f"model.norm must be 'group' or 'batch', got {c.model.norm!r}")
+    from fl.models import check_device
+
+    try:
+        check_device(c.device)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    if c.device.startswith("cuda") and c.backend == "ray" and not c.ray.num_gpus_per_worker > 0:
+        raise ConfigError("device=cuda with backend=ray needs ray.num_gpus_per_worker > 0 (e.g. 0.25: four workers "
+                          "share one GPU); Ray hides the GPUs from actors that reserve none")
     if c.compression.index_policy not in INDEX_POLICIES:
         raise ConfigError(
             f"unknown compression.index_policy {c.compression.index_policy!r}; available: {', '.join(INDEX_POLICIES)}")
@@ -158,9 +188,36 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
                 raise ConfigError(f"secagg.{key} must be > 0")
         try:  # the field sum of clients_per_round inputs must not wrap: checked here, not mid-run
             secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round)
+            secagg.make_round(c.secagg.name, bytes(32), range(f.clients_per_round), 1, c.secagg.threshold,
+                              c.secagg.neighbours)  # threshold and graph degree for this cohort size
         except ValueError as err:
             raise ConfigError(f"secagg: {err}") from None
-    return typed
+        if not 0 <= c.secagg.dropout < 1:
+            raise ConfigError(f"secagg.dropout must be in [0, 1), got {c.secagg.dropout}")
+    return canonical_settings(typed)
+
+
+# Sparsifiers that keep every entry at ratio 1.0: that is no compression, and is recorded as such.
+_LOSSLESS_AT_ONE = ("topk", "randk")
+
+
+def canonical_settings(c: DictConfig) -> DictConfig:
+    """One spelling per experiment, so equal settings share a config hash and a sweep never runs a
+    cell twice: ratio 1.0 of a sparsifier is `compression=none`; switches that cannot act (codec
+    options without a codec, index policies and fixed point without masking) are reset to defaults."""
+    comp, defaults = c.compression, CompressionConfig()
+    if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:
+        comp.name = "none"
+    if comp.name == "none" or not (comp.client or comp.server):
+        comp.name, comp.ratio, comp.client, comp.server, comp.error_feedback = "none", 1.0, False, False, False
+    if comp.name == "none" or not comp.client or not secagg.get(c.secagg.name).masks:
+        for key in ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random"):
+            setattr(comp, key, getattr(defaults, key))
+    if not comp.client or not comp.error_feedback:
+        comp.residual_dtype = defaults.residual_dtype
+    if not secagg.get(c.secagg.name).masks:
+        c.secagg = SecAggConfig(name=c.secagg.name)
+    return c
 
 
 def as_dict(cfg: DictConfig) -> dict[str, Any]:

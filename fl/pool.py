@@ -24,6 +24,9 @@ class InlinePool:
     def call(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, object]:
         return {w: getattr(self.workers[w], method)(*args) for w, args in args_per_worker.items()}
 
+    def revive(self) -> None:
+        """In-process workers do not die."""
+
     def close(self) -> None:
         self.workers = []
 
@@ -40,15 +43,31 @@ class RayPool:
             ray.init(address=address, include_dashboard=False, log_to_driver=True,
                      configure_logging=False, **({} if address else {"num_cpus": os.cpu_count()}))
             self._started = True
-        actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus)(Worker)
-        self.workers = [actor.remote(cfg_dict, i) for i in range(size)]
+        self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(Worker)
+        self._cfg = cfg_dict
+        self.workers = [self._actor.remote(cfg_dict, i) for i in range(size)]
+        self.dead: set[int] = set()
 
     def put(self, data):
         return self._ray.put(data)  # one copy in the object store, read by every worker
 
     def call(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        """One call per worker; a worker whose actor died answers None (its clients count as dropped)."""
         refs = {w: getattr(self.workers[w], method).remote(*args) for w, args in args_per_worker.items()}
-        return dict(zip(refs, self._ray.get(list(refs.values()))))
+        out = {}
+        for w, ref in refs.items():
+            try:
+                out[w] = self._ray.get(ref)
+            except self._ray.exceptions.RayActorError:
+                self.dead.add(w)
+                out[w] = None
+        return out
+
+    def revive(self) -> None:
+        """Replace dead actors with fresh ones (the clients they held lose their state, as a device would)."""
+        for w in sorted(self.dead):
+            self.workers[w] = self._actor.remote(self._cfg, w)
+        self.dead.clear()
 
     def close(self) -> None:
         for w in self.workers:

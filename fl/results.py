@@ -21,7 +21,8 @@ COLUMNS = [
     "clients_per_round", "compression", "ratio", "client_compression", "server_compression", "error_feedback",
     "index_policy", "secagg", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
     "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "rejected", "aborted",
-    "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate", "t_round",
+    "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask", "late_ignored",
+    "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode", "t_evaluate", "t_round",
     "state_bytes", "driver_peak_mb", "worker_peak_mb",
     "env", "env_cpu", "env_cores", "env_torch", "device", "backend", "num_workers",
 ]

@@ -57,15 +57,17 @@ class PlainAggregator:
 
 
 class MaskedAggregator:
-    """Server side of a masked round: the mask protocol's state machine plus dequantization.
-
-    The masked vector is [k weighted values at the shared index set | weight | residual sketch];
-    the server only ever sees the sum of all clients' vectors."""
+    """Server side of a masked round: the mask protocol's state machine (bytes in, bytes out) plus
+    dequantization. The masked vector is [k weighted values at the shared index set | weight |
+    residual sketch]; the server only ever sees the sum over the surviving clients."""
 
     def __init__(self, cfg, session: bytes, cohort: list[int], k: int, sketch_cells: int):
         self.k, self.sketch_cells = k, sketch_cells
         self.length = k + 1 + sketch_cells
-        self.state = secagg.get(cfg.secagg.name).Server(session, cohort, self.length)
+        protocol = secagg.get(cfg.secagg.name)
+        self.config = secagg.make_round(protocol, session, cohort, self.length, cfg.secagg.threshold,
+                                        cfg.secagg.neighbours)
+        self.state = protocol.Server(self.config)
         n_max = cfg.fl.clients_per_round
         self.q_values = secagg.FixedPointQuantizer(cfg.secagg.clip, n_max)
         self.q_weight = secagg.FixedPointQuantizer(cfg.secagg.max_weight, n_max)
@@ -77,8 +79,22 @@ class MaskedAggregator:
     def roster(self) -> bytes:
         return wire.encode_roster(self.state.roster())
 
+    def add_shares(self, message: bytes) -> None:
+        self.state.receive_shares(wire.decode_share_keys(message))
+
+    def bundles(self) -> dict[int, bytes]:
+        """The encrypted shares addressed to each client that sent shares, as one message per client."""
+        return {cid: wire.encode_share_bundle(b) for cid, b in self.state.bundles().items()}
+
     def add(self, message: bytes) -> None:
         self.state.add(wire.decode_masked(message, self.length))
+
+    def unmask_request(self) -> tuple[bytes, tuple[int, ...]]:
+        request = self.state.unmask_request()
+        return wire.encode_unmask_request(request), request.survivors
+
+    def add_unmask(self, message: bytes) -> None:
+        self.state.receive_unmask(wire.decode_unmask_response(message))
 
     def result(self) -> tuple[np.ndarray, float, np.ndarray | None]:
         """(mean update at the index set, summed weight, summed sketch or None); raises RoundAborted."""

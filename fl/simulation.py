@@ -66,6 +66,7 @@ def run(cfg) -> pd.DataFrame:
     last_sync: dict[int, int] = {}
     broadcast_sizes: list[int] = []
     rows = []
+    last_applied = True
     t_setup = time.perf_counter()
     pool = make_pool(cfg, cfg_dict)  # Ray start (if needed) and the workers' start-up
     t_setup = time.perf_counter() - t_setup
@@ -74,7 +75,8 @@ def run(cfg) -> pd.DataFrame:
         bar = tqdm(range(cfg.fl.rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
             t_round = time.perf_counter()
-            row = dict(static, round=r, rejected=0, aborted=False, t_setup=t_setup if r == 0 else 0.0)
+            row = dict(static, round=r, rejected=0, aborted=False, dropped=0, t_setup=t_setup if r == 0 else 0.0)
+            pool.revive()  # a worker that died last round is replaced (its clients' state is lost, as on a device)
             stats: dict[str, float] = defaultdict(float)
             cohort = seeds.cohort(cfg.seed, r, cfg.fl.num_clients, cfg.fl.clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
@@ -88,62 +90,23 @@ def run(cfg) -> pd.DataFrame:
             bytes_down = _broadcast_bytes(cohort, r, len(broadcast), broadcast_sizes, last_sync)
             ref = pool.put(broadcast)
 
-            bytes_payload = bytes_protocol = bytes_sketch = 0
+            tally = Tally(row, stats, bytes_down)
             if masked:
-                session = secagg.session_id(run_id, r, cohort)
-                sketch = policy.sketch(r)
-                cells = sketch.rows * sketch.cols if sketch is not None else 0
-                agg = MaskedAggregator(cfg, session, cohort, k, cells)
-                replies = pool.call("advertise", {w: (r, session, cohort, c, agg.length) for w, c in by_worker.items()})
-                for cid, msg in _in_client_order(replies, stats):
-                    bytes_protocol += len(msg)
-                    agg.add_keys(msg)
-                roster = agg.roster()
-                bytes_down += len(roster) * len(cohort)
-                replies = pool.call("masked_round", {w: (ref, r, roster, c) for w, c in by_worker.items()})
-                for cid, msg in _in_client_order(replies, stats):
-                    if msg is None:  # the client could not send (non-finite update): the round cannot finish
-                        row["rejected"] += 1
-                        continue
-                    bytes_payload += len(msg)
-                    t0 = time.perf_counter()
-                    agg.add(msg)
-                    stats["t_aggregate"] += time.perf_counter() - t0
-                bytes_sketch = 4 * cells * len(cohort)
-                t0 = time.perf_counter()
-                values, _, table = agg.result()  # raises RoundAborted if any client is missing
-                weights[positions] += values
-                policy.observe(r, positions, values, None if table is None else table.reshape(sketch.rows, sketch.cols))
-                stats["t_decode"] += time.perf_counter() - t0
+                applied = _masked_round(cfg, pool, tally, r, run_id, cohort, by_worker, ref, policy, k, positions,
+                                        weights, last_applied)
+                last_applied = applied
             else:
-                replies = pool.call("plain_round", {w: (ref, r, c) for w, c in by_worker.items()})
-                agg = PlainAggregator(r, length)
-                for cid, msg in _in_client_order(replies, stats):
-                    if msg is None:
-                        row["rejected"] += 1
-                        continue
-                    bytes_payload += len(msg)
-                    t0 = time.perf_counter()
-                    try:
-                        agg.add(msg)
-                    except ValueError as err:  # malformed or non-finite: rejected, never aggregated
-                        row["rejected"] += 1
-                        tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
-                    stats["t_aggregate"] += time.perf_counter() - t0
-                update = agg.result()
-                if update is not None:
-                    weights += update
-
+                _plain_round(pool, tally, r, length, by_worker, ref, weights)
             t0 = time.perf_counter()
             if r % cfg.fl.eval_every == 0 or r == cfg.fl.rounds - 1:
                 set_flat(model, weights)
                 row["accuracy"], row["loss"] = evaluate(model, data.x_test, data.y_test, cfg.device)
             stats["t_evaluate"] = time.perf_counter() - t0
             row.update(
-                bytes_up=bytes_payload + bytes_protocol, bytes_up_payload=bytes_payload,
-                bytes_up_protocol=bytes_protocol, bytes_up_sketch=bytes_sketch,
-                bytes_up_per_client=(bytes_payload + bytes_protocol) / len(cohort),
-                bytes_down=bytes_down, bytes_down_per_client=bytes_down / len(cohort),
+                bytes_up=tally.up_payload + tally.up_protocol, bytes_up_payload=tally.up_payload,
+                bytes_up_protocol=tally.up_protocol, bytes_up_sketch=tally.up_sketch,
+                bytes_up_per_client=(tally.up_payload + tally.up_protocol) / len(cohort),
+                bytes_down=tally.down, bytes_down_per_client=tally.down / len(cohort),
                 t_round=time.perf_counter() - t_round, **stats)
             row["driver_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             log.write(row)
@@ -166,15 +129,125 @@ def run(cfg) -> pd.DataFrame:
     return frame
 
 
-def _in_client_order(replies: dict, stats: dict):
+class Tally:
+    """What one round has counted so far: bytes per direction and kind, seconds, and the row."""
+
+    def __init__(self, row: dict, stats: dict, down: int):
+        self.row, self.stats, self.down = row, stats, down
+        self.up_payload = self.up_protocol = self.up_sketch = 0
+
+    def timed(self, key: str, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.stats[key] += time.perf_counter() - t0
+
+
+def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weights: np.ndarray) -> None:
+    """Without masking: each client's own codec; the server decodes and sums message by message."""
+    replies = pool.call("plain_round", {w: (ref, r, c) for w, c in by_worker.items()})
+    agg = PlainAggregator(r, length)
+    messages, dead = _in_client_order(replies, tally.stats, by_worker)
+    tally.row["dropped"] += len(dead)
+    for cid, msg in messages:
+        if msg is None:
+            tally.row["rejected"] += 1
+            continue
+        tally.up_payload += len(msg)
+        try:
+            tally.timed("t_aggregate", agg.add, msg)
+        except ValueError as err:  # malformed or non-finite: rejected, never aggregated
+            tally.row["rejected"] += 1
+            tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
+    update = agg.result()
+    if update is not None:
+        weights += update
+
+
+def _masked_round(cfg, pool, tally: Tally, r: int, run_id: str, cohort: list[int], by_worker, ref, policy,
+                  k: int, positions: np.ndarray, weights: np.ndarray, last_applied: bool) -> bool:
+    """With masking: advertise keys -> share keys -> masked input -> unmask, one call per worker per
+    step. Dropouts are injected before each of the last three steps (seeded); a worker that dies drops
+    its clients. Returns whether the round was applied (False: aborted below t, model unchanged)."""
+    row, stats = tally.row, tally.stats
+    session = secagg.session_id(run_id, r, cohort)
+    sketch = policy.sketch(r)
+    cells = sketch.rows * sketch.cols if sketch is not None else 0
+    agg = MaskedAggregator(cfg, session, cohort, k, cells)
+    vanish = np.random.default_rng(np.random.SeedSequence([cfg.seed, r, 17]))
+    alive = set(cohort)
+    drops = {"advertise": 0, "share_keys": 0, "masked_input": 0, "unmask": 0}
+
+    def call(method: str, args_for, step: str) -> list[tuple[int, bytes]]:
+        """Inject this step's dropouts, call the workers of the clients still alive, return the messages."""
+        nonlocal alive
+        if step != "advertise" and cfg.secagg.dropout > 0:
+            gone = {c for c in sorted(alive) if vanish.random() < cfg.secagg.dropout}
+            drops[step] += len(gone)
+            alive -= gone
+        calls = {w: args_for(w, [c for c in cs if c in alive]) for w, cs in by_worker.items()}
+        messages, dead = _in_client_order(pool.call(method, {w: a for w, a in calls.items() if a is not None}),
+                                          stats, by_worker)
+        lost = (dead & alive) | {cid for cid, msg in messages if msg is None}
+        drops[step] += len(lost)
+        alive -= lost
+        return [(cid, msg) for cid, msg in messages if msg is not None]
+
+    try:
+        for cid, msg in call("advertise", lambda w, cs: (r, session, cohort, cs, agg.length, last_applied),
+                             "advertise"):
+            tally.up_protocol += len(msg)
+            tally.timed("t_aggregate", agg.add_keys, msg)
+        roster = agg.roster()
+        tally.down += len(roster) * len(alive)
+        for cid, msg in call("share_keys", lambda w, cs: (roster, cs) if cs else None, "share_keys"):
+            tally.up_protocol += len(msg)
+            tally.timed("t_aggregate", agg.add_shares, msg)
+        bundles = agg.bundles()
+        tally.down += sum(len(b) for b in bundles.values())
+        alive &= set(bundles)
+        for cid, msg in call("masked_round", lambda w, cs: (ref, r, {c: bundles[c] for c in cs}, cs) if cs else None,
+                             "masked_input"):
+            tally.up_payload += len(msg)
+            tally.timed("t_aggregate", agg.add, msg)
+        request, survivors = agg.unmask_request()
+        tally.up_sketch = 4 * cells * len(survivors)
+        tally.down += len(request) * len(survivors)
+        alive &= set(survivors)
+        for cid, msg in call("unmask", lambda w, cs: (request, cs) if cs else None, "unmask"):
+            tally.up_protocol += len(msg)
+            tally.timed("t_aggregate", agg.add_unmask, msg)
+        values, _, table = tally.timed("t_unmask", agg.result)
+    except secagg.RoundAborted as err:  # below t: nothing revealed, nothing applied; the run goes on
+        row["aborted"] = True
+        tqdm.write(f"round {r}: aborted: {err}")
+        applied = False
+    else:
+        t0 = time.perf_counter()
+        weights[positions] += values
+        policy.observe(r, positions, values, None if table is None else table.reshape(sketch.rows, sketch.cols))
+        stats["t_decode"] += time.perf_counter() - t0
+        applied = True
+    row.update(dropped=sum(drops.values()), **{f"dropped_{step}": n for step, n in drops.items()},
+               late_ignored=agg.state.late_ignored)
+    return applied
+
+
+def _in_client_order(replies: dict, stats: dict, by_worker: dict):
     """Messages of all workers in client-id order (so the sum does not depend on the pool); their
-    timings and state sizes are summed into `stats`."""
-    messages = []
-    for out, worker_stats in replies.values():
+    timings and state sizes are summed into `stats`. Also returns the clients of workers that died
+    (reply None): they count as dropped."""
+    messages, dead = [], set()
+    for w, reply in replies.items():
+        if reply is None:
+            dead.update(by_worker[w])
+            continue
+        out, worker_stats = reply
         messages.extend(out)
         for key, value in worker_stats.items():  # peaks: the largest worker's; everything else adds up
             stats[key] = max(stats[key], value) if key.endswith("_peak_mb") else stats[key] + value
-    return sorted(messages, key=lambda m: m[0])
+    return sorted(messages, key=lambda m: m[0]), dead
 
 
 def _broadcast_bytes(cohort, r, size, sizes, last_sync) -> int:

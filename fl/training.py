@@ -1,4 +1,8 @@
-"""Local training and evaluation on one resident model (no copies per client)."""
+"""Local training and evaluation on one resident model (no copies per client).
+
+Data may be numpy arrays (moved to `device` per call) or torch tensors already on the device, so a
+worker can move its data and model once and run every client from there.
+"""
 from __future__ import annotations
 
 import numpy as np
@@ -6,18 +10,25 @@ import torch
 from torch import nn
 
 
-def train_local(model: nn.Module, optimizer: torch.optim.Optimizer, x: np.ndarray, y: np.ndarray,
-                epochs: int, batch_size: int, seed: int, device: str = "cpu") -> int:
+def as_tensor(a: np.ndarray | torch.Tensor, device: str | torch.device = "cpu") -> torch.Tensor:
+    """`a` on `device`: a tensor already there is returned as is (no copy)."""
+    if isinstance(a, torch.Tensor):
+        return a.to(device)
+    return torch.from_numpy(np.ascontiguousarray(a)).to(device)
+
+
+def train_local(model: nn.Module, optimizer: torch.optim.Optimizer, x: np.ndarray | torch.Tensor,
+                y: np.ndarray | torch.Tensor, epochs: int, batch_size: int, seed: int, device: str = "cpu") -> int:
     """Run `epochs` of minibatch SGD on (x, y); batch order from `seed` alone. Returns samples seen."""
     gen = np.random.default_rng(seed)
-    xt = torch.from_numpy(x).to(device)
-    yt = torch.from_numpy(y).to(device)
+    xt, yt = as_tensor(x, device), as_tensor(y, device)
+    n = len(yt)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
     seen = 0
     for _ in range(epochs):
-        order = torch.from_numpy(gen.permutation(len(x)))
-        for start in range(0, len(x), batch_size):
+        order = torch.from_numpy(gen.permutation(n)).to(xt.device)
+        for start in range(0, n, batch_size):
             idx = order[start:start + batch_size]
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(xt[idx]), yt[idx])
@@ -28,15 +39,17 @@ def train_local(model: nn.Module, optimizer: torch.optim.Optimizer, x: np.ndarra
 
 
 @torch.no_grad()
-def evaluate(model: nn.Module, x: np.ndarray, y: np.ndarray, device: str = "cpu",
+def evaluate(model: nn.Module, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, device: str = "cpu",
              batch_size: int = 1024) -> tuple[float, float]:
     """(accuracy, mean cross-entropy loss) on a held-out split."""
     model.eval()
-    loss_sum, correct = 0.0, 0
-    for start in range(0, len(x), batch_size):
-        xb = torch.from_numpy(x[start:start + batch_size]).to(device)
-        yb = torch.from_numpy(y[start:start + batch_size]).to(device)
+    n = len(y)
+    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
+    correct = torch.zeros((), dtype=torch.int64, device=device)
+    for start in range(0, n, batch_size):  # batch by batch: numpy data moves one batch at a time
+        xb = as_tensor(x[start:start + batch_size], device)
+        yb = as_tensor(y[start:start + batch_size], device)
         out = model(xb)
-        loss_sum += float(nn.functional.cross_entropy(out, yb, reduction="sum"))
-        correct += int((out.argmax(1) == yb).sum())
-    return correct / len(x), loss_sum / len(x)
+        loss_sum += nn.functional.cross_entropy(out, yb, reduction="sum").double()
+        correct += (out.argmax(1) == yb).sum()
+    return int(correct) / n, float(loss_sum) / n  # one device sync, at the end

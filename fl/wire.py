@@ -90,34 +90,94 @@ def decode_update(data: bytes, round: int, length: int) -> pb.ClientUpdate:
 
 
 # --- secure aggregation -------------------------------------------------------------------------
+# One encoder/decoder pair per message of secagg/messages.py. Decoders check sizes and id ranges and that id
+# lists are strictly increasing; the protocol state machines check everything that needs the round's state.
+
+def _check_session(session: bytes, what: str) -> None:
+    _need(len(session) == SESSION_BYTES, what, f"session id of {len(session)} bytes, expected {SESSION_BYTES}")
+
+
+def _check_id(cid: int, what: str) -> int:
+    _need(cid <= secagg.MAX_CLIENT_ID, what, f"client id {cid} out of range (max {secagg.MAX_CLIENT_ID})")
+    return int(cid)
+
+
+def _check_ids(ids, what: str, name: str) -> tuple[int, ...]:
+    ids = tuple(_check_id(cid, what) for cid in ids)
+    _need(all(a < b for a, b in zip(ids, ids[1:])), what, f"{name} not strictly increasing")
+    return ids
+
+
+def _split(blob: bytes, size: int, count: int, what: str, name: str) -> list[bytes]:
+    _need(len(blob) == size * count, what, f"{name} of {len(blob)} bytes, expected {count} x {size}")
+    return [blob[i * size:(i + 1) * size] for i in range(count)]
+
+
+def _check_key(key: bytes, what: str, name: str) -> bytes:
+    _need(len(key) == KEY_BYTES, what, f"{name} of {len(key)} bytes, expected {KEY_BYTES}")
+    return key
+
 
 def encode_advertise(m: secagg.AdvertiseKeys) -> bytes:
     return _seal(pb.AdvertiseKeys(version=VERSION, session=m.session, client_id=m.client_id,
-                                  public_key=m.public_key))
+                                  cipher_public_key=m.cipher_public_key, mask_public_key=m.mask_public_key))
 
 
 def decode_advertise(data: bytes) -> secagg.AdvertiseKeys:
     what = "advertise-keys message"
     msg = _parse(pb.AdvertiseKeys, data, what)
-    _need(len(msg.session) == SESSION_BYTES, what, f"session id of {len(msg.session)} bytes, expected {SESSION_BYTES}")
-    _need(len(msg.public_key) == KEY_BYTES, what, f"public key of {len(msg.public_key)} bytes, expected {KEY_BYTES}")
-    return secagg.AdvertiseKeys(session=msg.session, client_id=msg.client_id, public_key=msg.public_key)
+    _check_session(msg.session, what)
+    return secagg.AdvertiseKeys(session=msg.session, client_id=_check_id(msg.client_id, what),
+                                cipher_public_key=_check_key(msg.cipher_public_key, what, "cipher public key"),
+                                mask_public_key=_check_key(msg.mask_public_key, what, "mask public key"))
 
 
 def encode_roster(m: secagg.KeyRoster) -> bytes:
-    entries = [pb.KeyRoster.Entry(client_id=cid, public_key=key) for cid, key in m.public_keys]
+    entries = [pb.KeyRoster.Entry(client_id=cid, cipher_public_key=c_pk, mask_public_key=s_pk)
+               for cid, c_pk, s_pk in m.keys]
     return _seal(pb.KeyRoster(version=VERSION, session=m.session, entries=entries))
 
 
 def decode_roster(data: bytes) -> secagg.KeyRoster:
     what = "key roster"
     msg = _parse(pb.KeyRoster, data, what)
-    _need(len(msg.session) == SESSION_BYTES, what, f"session id of {len(msg.session)} bytes, expected {SESSION_BYTES}")
+    _check_session(msg.session, what)
     _need(len(msg.entries) > 0, what, "no public keys (truncated?)")
-    for e in msg.entries:
-        _need(len(e.public_key) == KEY_BYTES, what,
-              f"public key of client {e.client_id} has {len(e.public_key)} bytes, expected {KEY_BYTES}")
-    return secagg.KeyRoster(session=msg.session, public_keys=tuple((e.client_id, e.public_key) for e in msg.entries))
+    ids = _check_ids([e.client_id for e in msg.entries], what, "client ids")
+    keys = tuple((cid, _check_key(e.cipher_public_key, what, f"cipher public key of client {cid}"),
+                  _check_key(e.mask_public_key, what, f"mask public key of client {cid}"))
+                 for cid, e in zip(ids, msg.entries))
+    return secagg.KeyRoster(session=msg.session, keys=keys)
+
+
+def encode_share_keys(m: secagg.ShareKeys) -> bytes:
+    return _seal(pb.ShareKeys(version=VERSION, session=m.session, client_id=m.client_id,
+                              recipients=[cid for cid, _ in m.shares], ciphertexts=b"".join(ct for _, ct in m.shares)))
+
+
+def decode_share_keys(data: bytes) -> secagg.ShareKeys:
+    what = "share-keys message"
+    msg = _parse(pb.ShareKeys, data, what)
+    _check_session(msg.session, what)
+    ids = _check_ids(msg.recipients, what, "recipients")
+    cts = _split(msg.ciphertexts, secagg.CIPHERTEXT_BYTES, len(ids), what, "ciphertexts")
+    return secagg.ShareKeys(session=msg.session, client_id=_check_id(msg.client_id, what),
+                            shares=tuple(zip(ids, cts)))
+
+
+def encode_share_bundle(m: secagg.ShareBundle) -> bytes:
+    return _seal(pb.ShareBundle(version=VERSION, session=m.session, recipient=m.recipient,
+                                senders=[cid for cid, _ in m.shares], ciphertexts=b"".join(ct for _, ct in m.shares)))
+
+
+def decode_share_bundle(data: bytes) -> secagg.ShareBundle:
+    what = "share bundle"
+    msg = _parse(pb.ShareBundle, data, what)
+    _check_session(msg.session, what)
+    ids = _check_ids(msg.senders, what, "senders")
+    cts = _split(msg.ciphertexts, secagg.CIPHERTEXT_BYTES, len(ids), what, "ciphertexts")
+    return secagg.ShareBundle(session=msg.session, recipient=_check_id(msg.recipient, what),
+                              shares=tuple(zip(ids, cts)))
 
 
 def encode_masked(m: secagg.MaskedInput) -> bytes:
@@ -129,12 +189,47 @@ def encode_masked(m: secagg.MaskedInput) -> bytes:
 def decode_masked(data: bytes, length: int) -> secagg.MaskedInput:
     what = "masked input"
     msg = _parse(pb.MaskedInput, data, what)
-    _need(len(msg.session) == SESSION_BYTES, what, f"session id of {len(msg.session)} bytes, expected {SESSION_BYTES}")
+    _check_session(msg.session, what)
     _need(msg.length == length, what, f"vector length {msg.length}, expected {length}")
     _need(len(msg.masked) == 4 * length, what,
           f"masked vector has {len(msg.masked)} bytes, expected {4 * length} (4 per uint32)")
     vec = np.frombuffer(msg.masked, dtype="<u4").astype(np.uint32)
-    return secagg.MaskedInput(session=msg.session, client_id=msg.client_id, masked=vec)
+    return secagg.MaskedInput(session=msg.session, client_id=_check_id(msg.client_id, what), masked=vec)
+
+
+def encode_unmask_request(m: secagg.UnmaskRequest) -> bytes:
+    return _seal(pb.UnmaskRequest(version=VERSION, session=m.session, survivors=m.survivors, dropped=m.dropped))
+
+
+def decode_unmask_request(data: bytes) -> secagg.UnmaskRequest:
+    what = "unmask request"
+    msg = _parse(pb.UnmaskRequest, data, what)
+    _check_session(msg.session, what)
+    _need(len(msg.survivors) > 0, what, "no survivors (truncated?)")
+    return secagg.UnmaskRequest(session=msg.session, survivors=_check_ids(msg.survivors, what, "survivors"),
+                                dropped=_check_ids(msg.dropped, what, "dropped clients"))
+
+
+def encode_unmask_response(m: secagg.UnmaskResponse) -> bytes:
+    return _seal(pb.UnmaskResponse(
+        version=VERSION, session=m.session, client_id=m.client_id,
+        self_mask_owners=[cid for cid, _ in m.self_mask_shares],
+        self_mask_shares=b"".join(share for _, share in m.self_mask_shares),
+        key_owners=[cid for cid, _ in m.key_shares], key_shares=b"".join(share for _, share in m.key_shares)))
+
+
+def decode_unmask_response(data: bytes) -> secagg.UnmaskResponse:
+    what = "unmask response"
+    msg = _parse(pb.UnmaskResponse, data, what)
+    _check_session(msg.session, what)
+    b_owners = _check_ids(msg.self_mask_owners, what, "self-mask share owners")
+    _need(len(b_owners) > 0, what, "no self-mask shares (truncated?)")
+    b_shares = _split(msg.self_mask_shares, secagg.SHARE_BYTES, len(b_owners), what, "self-mask shares")
+    key_owners = _check_ids(msg.key_owners, what, "key share owners")
+    key_shares = _split(msg.key_shares, secagg.SHARE_BYTES, len(key_owners), what, "key shares")
+    return secagg.UnmaskResponse(session=msg.session, client_id=_check_id(msg.client_id, what),
+                                 self_mask_shares=tuple(zip(b_owners, b_shares)),
+                                 key_shares=tuple(zip(key_owners, key_shares)))
 
 
 # --- the round's shared index set, carried in the broadcast ----------------------------------------

@@ -50,7 +50,8 @@ class Worker:
         self.synced_round = -1
         self.index_set: np.ndarray | None = None
         self.residuals: dict[int, np.ndarray] = {}
-        self.pending: dict[int, secagg.DHClient] = {}
+        self.pending: dict[int, secagg.Client] = {}  # this round's protocol state, per client
+        self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
         codec_cls = compression.get(c.compression.name)
         self.client_codec = codec_cls(c.compression.ratio) if c.compression.client else compression.get("none")()
         self.error_feedback = c.compression.error_feedback and c.compression.client and self.client_codec.biased
@@ -124,24 +125,49 @@ class Worker:
         t.update(self.stats())
         return out, dict(t)
 
-    # --- with masking: advertise keys, then masked input ----------------------------------------
+    # --- with masking: advertise keys -> share keys -> masked input -> unmask --------------------
 
-    def advertise(self, round: int, session: bytes, cohort: list[int], clients: list[int], masked_length: int):
-        """Step 1: a fresh key pair per client; returns [(client id, AdvertiseKeys bytes)], timings."""
+    def advertise(self, round: int, session: bytes, cohort: list[int], clients: list[int], masked_length: int,
+                  last_round_applied: bool):
+        """Step 1: two fresh key pairs per client; returns [(client id, AdvertiseKeys bytes)], stats.
+
+        Residuals staged by the previous masked round are kept only if that round was applied (an
+        aborted round sent nothing the model used, so its clients keep their old residuals)."""
+        if last_round_applied:
+            for cid, residual in self.staged.items():
+                self._keep_residual(cid, residual)
+        self.staged = {}
         t0 = time.perf_counter()
-        protocol = secagg.get(self.cfg.secagg.name)
-        self.pending = {cid: protocol.Client(cid, session, cohort, masked_length) for cid in clients}
-        out = [(cid, wire.encode_advertise(c.advertise())) for cid, c in self.pending.items()]
+        c = self.cfg.secagg
+        protocol = secagg.get(c.name)
+        config = secagg.make_round(protocol, session, cohort, masked_length, c.threshold, c.neighbours)
+        self.pending = {cid: protocol.Client(config, cid) for cid in clients}
+        out = [(cid, wire.encode_advertise(client.advertise())) for cid, client in self.pending.items()]
         return out, {"t_mask": time.perf_counter() - t0}
 
-    def masked_round(self, broadcast: bytes, round: int, roster: bytes, clients: list[int]):
-        """Step 2: train, select the shared index set, quantize, sketch, mask; returns [(id, MaskedInput bytes)]."""
+    def _step(self, clients: list[int], act) -> tuple[list, dict]:
+        """Run one protocol step for each client; a client whose check fails sends nothing (drops out)."""
+        t0 = time.perf_counter()
+        out = []
+        for cid in clients:
+            try:
+                out.append((cid, act(cid, self.pending[cid])))
+            except (secagg.ProtocolError, KeyError, wire.WireError):
+                self.pending.pop(cid, None)
+                out.append((cid, None))
+        return out, {"t_mask": time.perf_counter() - t0}
+
+    def share_keys(self, roster: bytes, clients: list[int]):
+        """Step 2: Shamir shares of each client's self-mask seed and mask key, encrypted per recipient."""
+        roster_msg = wire.decode_roster(roster)
+        return self._step(clients, lambda cid, client: wire.encode_share_keys(client.share_keys(roster_msg)))
+
+    def masked_round(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int]):
+        """Step 3: train, select the shared index set, quantize, sketch, mask; returns [(id, MaskedInput bytes)]."""
         c = self.cfg
         t = defaultdict(float)
         t["t_sync"] += self.sync(broadcast, round)
-        roster_msg = wire.decode_roster(roster)
         idx = self.index_set
-        k = len(idx)
         n_max = c.fl.clients_per_round
         q_values = secagg.FixedPointQuantizer(c.secagg.clip, n_max)
         q_weight = secagg.FixedPointQuantizer(c.secagg.max_weight, n_max)
@@ -153,8 +179,8 @@ class Worker:
             t1 = time.perf_counter()
             rng = np.random.default_rng(client_seed(c.seed, round, cid) ^ 0x5EC)
             w = min(n / self.mean_samples, float(c.secagg.max_weight))
-            client = self.pending.pop(cid)
-            if not np.isfinite(corrected).all():  # NaN/Inf: nothing is sent, so the round aborts loudly
+            if not np.isfinite(corrected).all():  # NaN/Inf: nothing is sent; the round goes on without it
+                self.pending.pop(cid, None)
                 out.append((cid, None))
                 continue
             qv, sent = q_values.quantize_with_error(corrected[idx] * w, rng)
@@ -162,15 +188,27 @@ class Worker:
                 residual = corrected.copy()
                 residual[idx] -= sent / w  # clipping and rounding error stay in the residual
                 if self.error_feedback:
-                    self._keep_residual(cid, residual)
+                    self.staged[cid] = residual  # kept once the round is applied
             parts = [qv, q_weight.quantize(np.array([w], np.float32), rng)]
             if sketch is not None:
                 parts.append(q_sketch.quantize(sketch.sketch(residual).ravel(), rng))
             vector = np.concatenate(parts)
             t2 = time.perf_counter()
-            message = wire.encode_masked(client.mask(roster_msg, vector))
-            out.append((cid, message))
+            try:
+                bundle = wire.decode_share_bundle(bundles[cid])
+                out.append((cid, wire.encode_masked(self.pending[cid].masked_input(bundle, vector))))
+            except (secagg.ProtocolError, KeyError, wire.WireError):
+                self.pending.pop(cid, None)
+                self.staged.pop(cid, None)
+                out.append((cid, None))
             t["t_encode"] += t2 - t1
             t["t_mask"] += time.perf_counter() - t2
         t.update(self.stats())
         return out, dict(t)
+
+    def unmask(self, request: bytes, clients: list[int]):
+        """Step 4: shares of b for survivors, of the mask key for dropped clients; the round ends here."""
+        request_msg = wire.decode_unmask_request(request)
+        out, stats = self._step(clients, lambda cid, client: wire.encode_unmask_response(client.unmask(request_msg)))
+        self.pending = {}  # private keys of this round are dropped
+        return out, stats

@@ -1,38 +1,66 @@
 """Secure aggregation for fedsqueeze: pure protocol state machines and crypto (numpy + cryptography only).
 
-Security promise: against an honest-but-curious server colluding with fewer than t clients, the server
-learns only the sum of the inputs. Not covered: a malicious server that equivocates or sends
-different rosters or models to different clients.
+Protocols (registry names): `dh` (alias `DHProtocol`) is Bonawitz et al. (CCS 2017) double masking with
+Shamir-shared self-mask seeds and mask keys over the full graph; `secaggplus` (alias `SecAggPlusProtocol`)
+is the same over a random k-regular graph of logarithmic degree (Bell et al. 2020); `none` does not mask.
+A round: `config = make_round('dh', session_id(run, round, cohort), cohort, length)`, then
+`Client(config, id)` / `Server(config)` through advertise keys -> share keys -> masked input -> unmask.
 
-This version has pairwise DH masking (`dh`), which needs every participant to finish: a missing client
-aborts the round. Dropout recovery arrives with Bonawitz double masking and Shamir shares.
+Security promise: against an honest-but-curious server colluding with fewer than t clients, the server
+learns only the sum of the inputs of the surviving clients, who dropped, and the public index set. Dropouts
+at any step are recovered while at least t clients remain; below t the round aborts (RoundAborted) and
+nothing is revealed. Not covered: a malicious server that equivocates or sends different rosters or models
+to different clients. See docs/secagg.md.
 """
 
-from . import dh, none  # noqa: F401  (importing registers the protocols)
-from .dh import DHClient, DHProtocol, DHServer
+from . import dh, none, secaggplus  # noqa: F401  (importing registers the protocols)
+from .dh import CIPHERTEXT_BYTES, Client, DHProtocol, SecAggProtocol, Server
 from .errors import ProtocolError, RoundAborted
 from .keys import generate_keypair, pairwise_seed, session_id
-from .messages import AdvertiseKeys, KeyRoster, MaskedInput
+from .messages import (
+    AdvertiseKeys,
+    KeyRoster,
+    MaskedInput,
+    ShareBundle,
+    ShareKeys,
+    UnmaskRequest,
+    UnmaskResponse,
+)
 from .none import NoMasking
 from .prg import prg_uint32
 from .quantize import FixedPointQuantizer
 from .registry import UnknownProtocolError, canonical, get, names, register
+from .round import MAX_CLIENT_ID, RoundConfig, default_degree, make_round
+from .secaggplus import SecAggPlusProtocol
+from .shamir import SHARE_BYTES
 
 __all__ = [
     "AdvertiseKeys",
-    "DHClient",
+    "CIPHERTEXT_BYTES",
+    "Client",
     "DHProtocol",
-    "DHServer",
     "FixedPointQuantizer",
     "KeyRoster",
+    "MAX_CLIENT_ID",
     "MaskedInput",
     "NoMasking",
     "ProtocolError",
     "RoundAborted",
+    "RoundConfig",
+    "SHARE_BYTES",
+    "SecAggPlusProtocol",
+    "SecAggProtocol",
+    "Server",
+    "ShareBundle",
+    "ShareKeys",
     "UnknownProtocolError",
+    "UnmaskRequest",
+    "UnmaskResponse",
     "canonical",
+    "default_degree",
     "generate_keypair",
     "get",
+    "make_round",
     "names",
     "pairwise_seed",
     "prg_uint32",

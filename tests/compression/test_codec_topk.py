@@ -7,17 +7,9 @@ import numpy as np
 import pytest
 
 from compression import DecodeError, TopKCompression, topk_count, topk_positions
-from compression.topk import _varint_decode, _varint_encode
+from compression.positions import _varint_decode, _varint_encode
 
-
-def leb128(value: int) -> bytes:
-    """Reference unsigned LEB128, one value at a time."""
-    out = bytearray()
-    while True:
-        byte, value = value & 0x7F, value >> 7
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
+from position_reference import leb128, reference_position_sizes
 
 
 def reference_positions(vector, k):
@@ -26,9 +18,8 @@ def reference_positions(vector, k):
 
 
 def reference_size(positions, n):
-    gaps = np.diff(positions, prepend=0)
-    varints = sum(len(leb128(int(g))) for g in gaps)
-    return 10 + min(math.ceil(n / 8), varints) + 4 * len(positions)
+    """10 header bytes + the smallest position encoding (reference sizes in test_positions) + 4k."""
+    return 10 + min(reference_position_sizes(positions, n).values()) + 4 * len(positions)
 
 
 def random_vector(n, seed=0):
@@ -38,7 +29,7 @@ def random_vector(n, seed=0):
 def indices_payload(n, gaps, values=None, k=None):
     """Hand-made payload with delta-varint positions."""
     values = np.ones(len(gaps), dtype="<f4") if values is None else np.asarray(values, dtype="<f4")
-    header = struct.pack("<BBII", 1, 1, n, len(gaps) if k is None else k)
+    header = struct.pack("<BBII", 2, 1, n, len(gaps) if k is None else k)
     return header + b"".join(leb128(g) for g in gaps) + values.tobytes()
 
 
@@ -57,7 +48,8 @@ def test_keeps_exactly_the_k_largest_magnitudes_bitwise_and_zeros_the_rest(n, ra
 
 
 @pytest.mark.parametrize(
-    "n,ratio,k", [(10, 0.5, 5), (11, 0.5, 6), (100, 0.07, 7), (10, 0.7, 7), (1000, 0.0001, 1), (3, 1.0, 3), (3, 0.34, 2)]
+    "n,ratio,k",
+    [(10, 0.5, 5), (11, 0.5, 6), (100, 0.07, 7), (10, 0.7, 7), (1000, 0.0001, 1), (3, 1.0, 3), (3, 0.34, 2)],
 )
 def test_k_is_ceil_of_ratio_times_n_reading_ratio_as_written(n, ratio, k):
     # 0.07 * 100 == 7.000000000000001 in binary floating point; the config means 7.
@@ -104,17 +96,17 @@ def test_the_smaller_position_encoding_is_chosen():
     codec = TopKCompression(0.5)
     assert codec.position_encoding(codec.encode(random_vector(1000))) == "bitmap"
     codec = TopKCompression(0.001)
-    assert codec.position_encoding(codec.encode(random_vector(100_000))) == "indices"
+    assert codec.position_encoding(codec.encode(random_vector(100_000))) == "rice"
+    vector = random_vector(65536)
+    assert codec.position_encoding(codec.encode_at(vector, np.arange(0, 65536, 100))) == "varint"  # gaps of 100
+    assert codec.position_encoding(codec.encode_at(vector, np.array([20000, 40000, 60000]))) == "uint16"
 
 
-def test_equal_sizes_choose_the_bitmap():
-    codec, vector = TopKCompression(), random_vector(16)  # bitmap: 2 bytes
-    assert codec.position_encoding(codec.encode_at(vector, np.array([0, 1]))) == "bitmap"  # varints: 2 bytes
-    assert codec.position_encoding(codec.encode_at(vector, np.array([5]))) == "indices"  # varints: 1 byte
-    vector = random_vector(200)  # bitmap: 25 bytes; 23 one-byte gaps and one two-byte gap: 25 bytes
-    positions = np.array(list(range(23)) + [172])
-    assert codec.position_encoding(codec.encode_at(vector, positions)) == "bitmap"
-    assert codec.position_encoding(codec.encode_at(vector, positions[:-1])) == "indices"
+def test_equal_sizes_choose_the_earlier_encoding_bitmap_first():
+    codec, vector = TopKCompression(), random_vector(16)  # bitmap 2 bytes, varint 2, rice 2: a three-way tie
+    assert reference_position_sizes(np.array([0, 1]), 16)["varint"] == 2
+    assert codec.position_encoding(codec.encode_at(vector, np.array([0, 1]))) == "bitmap"
+    assert codec.position_encoding(codec.encode_at(vector, np.array([5]))) == "varint"  # varint 1 byte, rice 3
 
 
 def test_bitmap_layout_byte_for_byte():
@@ -127,7 +119,7 @@ def test_bitmap_layout_byte_for_byte():
         bits[p] = 1
     bitmap = bytes(sum(bits[8 * b + i] << i for i in range(8)) for b in range(2))
     values = b"".join(struct.pack("<f", vector[p]) for p in positions)
-    assert payload == struct.pack("<BBII", 1, 0, n, len(positions)) + bitmap + values
+    assert payload == struct.pack("<BBII", 2, 0, n, len(positions)) + bitmap + values
     assert len(payload) == 10 + math.ceil(n / 8) + 4 * len(positions)
 
 
@@ -137,7 +129,7 @@ def test_indices_layout_byte_for_byte():
     payload = TopKCompression().encode_at(vector, positions)
     gaps = [5, 195, 19_800, 2_480_000]
     values = b"".join(struct.pack("<f", vector[p]) for p in positions)
-    assert payload == struct.pack("<BBII", 1, 1, n, 4) + b"".join(leb128(g) for g in gaps) + values
+    assert payload == struct.pack("<BBII", 2, 1, n, 4) + b"".join(leb128(g) for g in gaps) + values
     assert len(payload) == 10 + (1 + 2 + 3 + 4) + 16
     positions_back, values_back = TopKCompression().decode_sparse(payload, n)
     assert positions_back.tolist() == positions.tolist()
@@ -200,7 +192,15 @@ def test_encode_at_rejects_positions_that_are_not_strictly_increasing_in_range(p
 
 # --- decode refuses malformed payloads --------------------------------------------------------
 
-@pytest.mark.parametrize("n,ratio", [(20, 0.5), (1000, 0.003)])  # one bitmap, one indices payload
+TRUNCATION_CASES = [(20, 0.5), (1000, 0.003), (3000, 0.05)]  # bitmap, varint and rice payloads
+
+
+def test_truncation_cases_cover_three_encodings():
+    encodings = {TopKCompression.position_encoding(TopKCompression(ratio).encode(random_vector(n)))
+                 for n, ratio in TRUNCATION_CASES}
+    assert encodings == {"bitmap", "varint", "rice"}
+
+@pytest.mark.parametrize("n,ratio", TRUNCATION_CASES)
 def test_every_truncation_raises_decode_error(n, ratio):
     codec = TopKCompression(ratio)
     payload = codec.encode(random_vector(n))
@@ -216,7 +216,7 @@ def test_truncated_message_names_expected_and_actual_size():
         codec.decode(payload[:-3], 20)
 
 
-@pytest.mark.parametrize("n,ratio", [(20, 0.5), (1000, 0.003)])
+@pytest.mark.parametrize("n,ratio", TRUNCATION_CASES)
 def test_trailing_bytes_raise_decode_error(n, ratio):
     codec = TopKCompression(ratio)
     payload = codec.encode(random_vector(n))
@@ -225,10 +225,11 @@ def test_trailing_bytes_raise_decode_error(n, ratio):
             codec.decode(payload + extra, n)
 
 
-def test_other_format_version_is_rejected():
+@pytest.mark.parametrize("version", [0, 1, 3, 255])
+def test_other_format_version_is_rejected(version):
     payload = bytearray(TopKCompression().encode(random_vector(20)))
-    payload[0] = 2
-    with pytest.raises(DecodeError, match="version 2"):
+    payload[0] = version
+    with pytest.raises(DecodeError, match=f"unsupported topk format version {version} \\(expected 2\\)"):
         TopKCompression().decode(bytes(payload), 20)
 
 
@@ -269,7 +270,7 @@ def test_repeated_index_is_rejected():
 
 
 def test_truncated_overlong_and_non_minimal_varints_are_rejected():
-    header = struct.pack("<BBII", 1, 1, 100, 1)
+    header = struct.pack("<BBII", 2, 1, 100, 1)
     with pytest.raises(DecodeError, match="truncated"):
         TopKCompression().decode(header + b"\x80", 100)
     with pytest.raises(DecodeError, match="longer than 5 bytes"):
@@ -301,7 +302,7 @@ def test_nan_or_inf_value_in_payload_is_rejected(bad):
 
 def test_random_corruption_raises_only_decode_error():
     rng = np.random.default_rng(7)
-    for n, ratio in [(20, 0.5), (1000, 0.003), (9, 0.2)]:
+    for n, ratio in [(20, 0.5), (1000, 0.003), (9, 0.2), (3000, 0.05)]:
         codec = TopKCompression(ratio)
         payload = codec.encode(random_vector(n))
         for _ in range(2000):
@@ -317,3 +318,63 @@ def test_random_corruption_raises_only_decode_error():
 
 def test_codec_metadata():
     assert TopKCompression.name == "topk" and TopKCompression.biased is True
+
+
+# --- options: sampled threshold, per-layer selection ---------------------------------------------
+
+@pytest.mark.parametrize("n,ratio", [(5000, 0.5), (100_000, 0.01), (100_000, 0.001), (20_000, 0.9)])
+def test_sampled_threshold_payload_is_identical_to_exact(n, ratio):
+    vector = np.round(random_vector(n, seed=5), 2)  # many ties
+    assert TopKCompression(ratio, threshold="sampled").encode(vector) == TopKCompression(ratio).encode(vector)
+
+
+def test_per_layer_selection_keeps_ceil_ratio_times_size_in_every_layer():
+    rng = np.random.default_rng(0)
+    layout = [10, 1000, 3, 5000]
+    vector = np.concatenate([100 * rng.standard_normal(10), rng.standard_normal(1000),
+                             0.001 * rng.standard_normal(3), rng.standard_normal(5000)]).astype(np.float32)
+    codec = TopKCompression(0.1, layout=layout)
+    positions, values = codec.decode_sparse(codec.encode(vector), vector.size)
+    starts = np.cumsum([0] + layout)
+    for i, size in enumerate(layout):
+        in_layer = positions[(positions >= starts[i]) & (positions < starts[i + 1])] - starts[i]
+        assert in_layer.tolist() == reference_positions(vector[starts[i]:starts[i + 1]], math.ceil(0.1 * size)).tolist()
+    assert codec.k_for(vector.size) == 1 + 100 + 1 + 500 == positions.size
+    global_codec = TopKCompression(0.1)  # global selection takes all 10 large entries and none of the tiny ones
+    global_positions, _ = global_codec.decode_sparse(global_codec.encode(vector), vector.size)
+    kept = set(global_positions.tolist())
+    assert set(range(10)) <= kept and not set(range(1010, 1013)) & kept
+
+
+def test_per_layer_payload_is_decoded_without_knowing_the_layout():
+    vector = random_vector(300)
+    payload = TopKCompression(0.2, layout=[100, 200], threshold="sampled").encode(vector)
+    expected = TopKCompression(0.2, layout=[100, 200]).decode(payload, 300)
+    assert np.array_equal(TopKCompression().decode(payload, 300), expected)
+
+
+def test_layout_that_does_not_sum_to_the_length_is_refused():
+    with pytest.raises(ValueError, match="layout sums to 30 but the vector has length 31"):
+        TopKCompression(0.5, layout=[10, 20]).encode(random_vector(31))
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"threshold": "approx"}, "threshold must be 'exact' or 'sampled'"),
+    ({"layout": [3, 0]}, "layout sizes must be positive"),
+    ({"layout": []}, "at least one layer"),
+    ({"layout": "10"}, "sequence of layer sizes"),
+    ({"seed": -1}, "seed"),
+    ({"seed": None}, "seed"),
+])
+def test_bad_options_are_refused_at_construction(options, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        TopKCompression(0.5, **options)
+
+
+def test_size_is_an_upper_bound_for_any_positions_and_encoded_size_is_exact():
+    codec = TopKCompression(0.01)
+    for seed in range(5):
+        vector = random_vector(10_000, seed=seed)
+        payload = codec.encode(vector)
+        positions, _ = codec.decode_sparse(payload, 10_000)
+        assert len(payload) == codec.encoded_size(positions, 10_000) <= codec.size(10_000)

@@ -29,10 +29,30 @@ def test_unknown_name_error_lists_every_registered_name_and_alias():
         compression.canonical("foo")
 
 
-def test_names_are_sorted_canonical_names():
+ALL_CODECS = ["countsketch", "fp16", "int8", "none", "qsgd", "randk", "ternary", "topk"]
+
+
+def test_names_are_sorted_canonical_names_of_every_codec():
     assert compression.names() == sorted(compression.names())
-    assert {"none", "topk"} <= set(compression.names())
+    assert set(ALL_CODECS) <= set(compression.names())
     assert "TopKProtocol" not in compression.names()
+
+
+def test_unknown_name_error_lists_every_codec_dense_baseline_and_topk_first():
+    with pytest.raises(UnknownProtocolError) as caught:
+        compression.get("zip")
+    listing = str(caught.value).split("registered: ")[1]
+    assert listing.startswith("none, topk (aliases: TopKProtocol), ")
+    for name in ALL_CODECS:
+        assert name in listing
+
+
+def test_every_module_of_the_package_is_imported_so_a_codec_file_registers_itself():
+    import pkgutil
+    import sys
+
+    for module in pkgutil.iter_modules(compression.__path__):
+        assert f"compression.{module.name}" in sys.modules
 
 
 def test_registering_a_taken_name_for_another_class_fails_and_changes_nothing():

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import compression
 from compression import ErrorFeedback, NoCompression, TopKCompression
 
 
@@ -57,3 +58,30 @@ def test_no_residual_means_zeros_and_a_lossless_codec_leaves_none():
 def test_residual_of_another_shape_is_rejected():
     with pytest.raises(ValueError, match="shape"):
         ErrorFeedback(TopKCompression()).encode(np.ones(10), np.zeros(11))
+
+
+@pytest.mark.parametrize("name", [name for name in compression.names() if compression.get(name)().biased])
+def test_nothing_is_lost_over_rounds_for_every_biased_codec(name):
+    rng = np.random.default_rng(3)
+    n, codec = 2000, compression.get(name)(0.05)
+    feedback = ErrorFeedback(codec)
+    residual, sent, total = None, np.zeros(n), np.zeros(n)
+    for _ in range(20):
+        update = rng.standard_normal(n).astype(np.float32)
+        payload, residual = feedback.encode(update, residual)
+        sent += codec.decode(payload, n)
+        total += update
+    np.testing.assert_allclose(sent + residual, total, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["topk", "ternary", "randk", "int8"])
+def test_feedback_shrinks_the_accumulated_error_of_a_constant_update(name):
+    update = np.random.default_rng(4).standard_normal(1000).astype(np.float32)
+    codec = compression.get(name)(0.1)
+    feedback = ErrorFeedback(codec)
+    residual, sent = None, np.zeros(1000)
+    for _ in range(100):
+        payload, residual = feedback.encode(update, residual)
+        sent += codec.decode(payload, 1000)
+    without = 100 * codec.decode(codec.encode(update), 1000)
+    assert np.linalg.norm(sent - 100 * update) < 0.5 * np.linalg.norm(without - 100 * update)

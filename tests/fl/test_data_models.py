@@ -1,9 +1,9 @@
-"""Digits data, seeded partitions and the two model sizes."""
+"""Digits data, seeded partitions (IID, Dirichlet, shards) and the MLP sizes."""
 import numpy as np
 import pytest
 import torch
 
-from fl.data import load_digits, partition
+from fl.data import load_dataset, load_digits, partition, partition_summary
 from fl.models import build_model, get_flat, num_params, set_flat
 from omegaconf import OmegaConf
 
@@ -17,7 +17,16 @@ def test_digits_split_is_seeded_stratified_and_standardized_with_train_statistic
     assert set(np.unique(a.y_test)) == set(range(10))
 
 
-@pytest.mark.parametrize("scheme", ["iid", "dirichlet"])
+def test_digits_default_is_unchanged_by_the_new_dataset_keys():
+    cfg = OmegaConf.create({"name": "digits", "test_fraction": 0.2, "root": "nowhere", "download": False,
+                            "max_train": None, "max_test": None})
+    a, b = load_dataset(cfg, 0), load_digits(0)
+    np.testing.assert_array_equal(a.x_train, b.x_train)
+    np.testing.assert_array_equal(a.y_test, b.y_test)
+    assert a.input_shape == (64,) and a.x_train.dtype == np.float32 and a.y_train.dtype == np.int64
+
+
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "shards"])
 def test_partitions_are_disjoint_cover_everything_and_are_seeded(scheme):
     labels = load_digits(0).y_train
     parts = partition(labels, 20, scheme, 0.3, seed=5)
@@ -26,6 +35,49 @@ def test_partitions_are_disjoint_cover_everything_and_are_seeded(scheme):
     np.testing.assert_array_equal(np.sort(joined), np.arange(len(labels)))
     again = partition(labels, 20, scheme, 0.3, seed=5)
     assert all(np.array_equal(p, q) for p, q in zip(parts, again))
+    other = partition(labels, 20, scheme, 0.3, seed=6)
+    assert not all(np.array_equal(p, q) for p, q in zip(parts, other))
+
+
+@pytest.mark.parametrize("per_client", [1, 2, 3])
+def test_shards_give_each_client_exactly_its_number_of_single_class_shards(per_client):
+    """10 classes of k * 10 samples cut into 10 clients x k shards of 10: every shard is one class, so a
+    client's labels come in whole shards, k of them."""
+    shard = 10
+    labels = np.repeat(np.arange(10), per_client * shard)
+    rng = np.random.default_rng(0)
+    labels = labels[rng.permutation(len(labels))]  # the partition must sort by label itself
+    parts = partition(labels, 10, "shards", 0.0, seed=1, shards_per_client=per_client)
+    for p in parts:
+        assert len(p) == per_client * shard
+        counts = np.bincount(labels[p], minlength=10)
+        assert np.all(counts % shard == 0) and 1 <= np.count_nonzero(counts) <= per_client
+
+
+def test_shards_on_digits_hold_about_shards_per_client_classes():
+    labels = load_digits(0).y_train
+    for per_client in (1, 2, 4):
+        parts = partition(labels, 20, "shards", 0.0, seed=3, shards_per_client=per_client)
+        classes = [len(np.unique(labels[p])) for p in parts]
+        n_shard = len(labels) // (20 * per_client)
+        assert all(per_client * n_shard <= len(p) <= per_client * (n_shard + 1) for p in parts)
+        assert max(classes) <= 2 * per_client and np.mean(classes) <= per_client + 1
+
+
+def test_shards_refuse_more_shards_than_samples():
+    with pytest.raises(ValueError, match="shards"):
+        partition(np.zeros(30, int), 10, "shards", 0.0, 0, shards_per_client=4)
+
+
+def test_partition_summary_counts_samples_and_classes_per_client():
+    labels = load_digits(0).y_train
+    parts = partition(labels, 8, "shards", 0.0, seed=0)
+    table = partition_summary(labels, parts)
+    assert list(table.columns) == ["samples", "classes"] + [f"class_{c}" for c in range(10)]
+    assert len(table) == 8 and table.index.name == "client"
+    assert table["samples"].tolist() == [len(p) for p in parts]
+    assert table["classes"].tolist() == [len(np.unique(labels[p])) for p in parts]
+    assert int(table.filter(like="class_").to_numpy().sum()) == len(labels)
 
 
 def test_dirichlet_with_small_alpha_skews_labels_more_than_iid():
@@ -39,7 +91,7 @@ def test_dirichlet_with_small_alpha_skews_labels_more_than_iid():
 
 def test_unknown_partition_is_refused():
     with pytest.raises(ValueError, match="partition"):
-        partition(np.zeros(100, int), 4, "shards", 1.0, 0)
+        partition(np.zeros(100, int), 4, "pathological", 1.0, 0)
 
 
 @pytest.mark.parametrize("name,hidden,low,high", [("mlp_small", [64], 4000, 6000),

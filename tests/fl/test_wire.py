@@ -12,6 +12,7 @@ import secagg
 from fl import wire
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
+CT, SH = secagg.CIPHERTEXT_BYTES, secagg.SHARE_BYTES
 
 
 def test_generated_protobuf_code_is_in_sync_with_the_proto(tmp_path):
@@ -48,8 +49,18 @@ def test_client_update_roundtrip_and_byte_count_is_the_serialized_length():
      lambda m: wire.decode_masked(m, 50)),
     (lambda: wire.encode_broadcast(0, "none", 100, False, compression.NoCompression().encode(np.ones(100, np.float32))),
      lambda m: wire.decode_broadcast(m, 100)),
-    (lambda: wire.encode_advertise(secagg.AdvertiseKeys(b"s" * 32, 4, b"k" * 32)), wire.decode_advertise),
-    (lambda: wire.encode_roster(secagg.KeyRoster(b"s" * 32, ((1, b"a" * 32), (2, b"b" * 32)))), wire.decode_roster),
+    (lambda: wire.encode_advertise(secagg.AdvertiseKeys(b"s" * 32, 4, b"c" * 32, b"k" * 32)), wire.decode_advertise),
+    (lambda: wire.encode_roster(secagg.KeyRoster(b"s" * 32, ((1, b"a" * 32, b"b" * 32), (2, b"c" * 32, b"d" * 32)))),
+     wire.decode_roster),
+    (lambda: wire.encode_share_keys(secagg.ShareKeys(b"s" * 32, 4, ((1, b"x" * CT), (7, b"y" * CT)))),
+     wire.decode_share_keys),
+    (lambda: wire.encode_share_bundle(secagg.ShareBundle(b"s" * 32, 4, ((1, b"x" * CT), (7, b"y" * CT)))),
+     wire.decode_share_bundle),
+    (lambda: wire.encode_unmask_request(secagg.UnmaskRequest(b"s" * 32, (1, 4, 300), (2,))),
+     wire.decode_unmask_request),
+    (lambda: wire.encode_unmask_response(secagg.UnmaskResponse(b"s" * 32, 4, ((1, b"\x01" * SH), (4, b"\x02" * SH)),
+                                                               ((2, b"\x03" * SH),))),
+     wire.decode_unmask_response),
 ])
 def test_every_truncation_of_a_message_raises_a_wire_error(encode, decode):
     message = encode()
@@ -102,3 +113,107 @@ def test_index_set_travels_as_seed_or_as_the_smaller_position_block():
     assert len(wire.index_set_fields(dense, 0, n)["index_positions"]) == 1 + n // 8  # bitmap
     assert len(wire.index_set_fields(sparse, 0, n)["index_positions"]) < 2 * 50 + 1  # varint gaps
     assert "index_positions" not in wire.index_set_fields(dense, 12345, n)  # derived from the public seed
+
+
+# --- secure aggregation messages -------------------------------------------------------------------
+
+def _secagg_round_through_the_wire(protocol, n, length, drop_masked=()):
+    """A whole round where every message is encoded, counted and decoded at each hop."""
+    ids = list(range(n))
+    config = secagg.make_round(protocol, secagg.session_id("run", 0, ids), ids, length)
+    server = secagg.Server(config)
+    clients = {cid: secagg.Client(config, cid) for cid in ids}
+    up = dict.fromkeys(ids, 0)
+    down = dict.fromkeys(ids, 0)
+    for cid, c in clients.items():
+        data = wire.encode_advertise(c.advertise())
+        up[cid] += len(data)
+        server.receive_keys(wire.decode_advertise(data))
+    roster = wire.encode_roster(server.roster())
+    for cid, c in clients.items():
+        down[cid] += len(roster)
+        data = wire.encode_share_keys(c.share_keys(wire.decode_roster(roster)))
+        up[cid] += len(data)
+        server.receive_shares(wire.decode_share_keys(data))
+    inputs = {cid: np.random.default_rng(cid).integers(0, 2**32, length, dtype=np.uint32) for cid in ids}
+    for cid, bundle in server.bundles().items():
+        data = wire.encode_share_bundle(bundle)
+        down[cid] += len(data)
+        masked = wire.encode_masked(clients[cid].masked_input(wire.decode_share_bundle(data), inputs[cid]))
+        if cid not in drop_masked:
+            up[cid] += len(masked)
+            server.add(wire.decode_masked(masked, length))
+    request = wire.encode_unmask_request(server.unmask_request())
+    for cid in server.survivors:
+        down[cid] += len(request)
+        data = wire.encode_unmask_response(clients[cid].unmask(wire.decode_unmask_request(request)))
+        up[cid] += len(data)
+        server.receive_unmask(wire.decode_unmask_response(data))
+    total = server.result()
+    expected = np.zeros(length, np.uint32)
+    for cid in server.survivors:
+        expected += inputs[cid]
+    np.testing.assert_array_equal(total, expected)
+    return up, down
+
+
+@pytest.mark.parametrize("protocol", ["dh", "secaggplus"])
+def test_a_secagg_round_through_the_wire_is_exact_under_dropouts(protocol):
+    _secagg_round_through_the_wire(protocol, 12, 100, drop_masked=(3,))
+
+
+def test_secagg_protocol_bytes_per_client_follow_the_documented_formula():
+    n, length = 30, 10
+    up, down = _secagg_round_through_the_wire("dh", n, length)
+    masked = 4 * length + 45
+    protocol_up = up[0] - masked
+    assert abs(protocol_up - (112 + 114 * (n - 1) + 46 * n + 40)) <= 0.02 * protocol_up
+    assert abs(down[0] - (74 * n + 114 * (n - 1) + 2 * n)) <= 0.03 * down[0]
+
+
+@pytest.mark.parametrize("encode,decode,match", [
+    (lambda: wire.encode_advertise(secagg.AdvertiseKeys(b"s" * 31, 4, b"c" * 32, b"k" * 32)), wire.decode_advertise,
+     "session id of 31 bytes"),
+    (lambda: wire.encode_advertise(secagg.AdvertiseKeys(b"s" * 32, 4, b"c" * 32, b"k" * 31)), wire.decode_advertise,
+     "mask public key of 31 bytes"),
+    (lambda: wire.encode_advertise(secagg.AdvertiseKeys(b"s" * 32, 2**31, b"c" * 32, b"k" * 32)),
+     wire.decode_advertise, "out of range"),
+    (lambda: wire.encode_roster(secagg.KeyRoster(b"s" * 32, ((2, b"a" * 32, b"b" * 32), (1, b"c" * 32, b"d" * 32)))),
+     wire.decode_roster, "not strictly increasing"),
+    (lambda: wire.encode_roster(secagg.KeyRoster(b"s" * 32, ((1, b"a" * 32, b"b" * 33),))), wire.decode_roster,
+     "33 bytes"),
+    (lambda: wire.encode_roster(secagg.KeyRoster(b"s" * 32, ())), wire.decode_roster, "no public keys"),
+    (lambda: wire.encode_share_keys(secagg.ShareKeys(b"s" * 32, 4, ((1, b"x" * (CT - 1)),))), wire.decode_share_keys,
+     "ciphertexts of 111 bytes"),
+    (lambda: wire.encode_share_keys(secagg.ShareKeys(b"s" * 32, 4, ((1, b"x" * CT), (1, b"y" * CT)))),
+     wire.decode_share_keys, "not strictly increasing"),
+    (lambda: wire.encode_share_bundle(secagg.ShareBundle(b"s" * 32, 4, ((1, b"x" * (CT + 1)),))),
+     wire.decode_share_bundle, "ciphertexts of 113 bytes"),
+    (lambda: wire.encode_unmask_request(secagg.UnmaskRequest(b"s" * 32, (), (1,))), wire.decode_unmask_request,
+     "no survivors"),
+    (lambda: wire.encode_unmask_request(secagg.UnmaskRequest(b"s" * 32, (3, 1), ())), wire.decode_unmask_request,
+     "not strictly increasing"),
+    (lambda: wire.encode_unmask_response(secagg.UnmaskResponse(b"s" * 32, 4, ((1, b"x" * (SH - 1)),), ())),
+     wire.decode_unmask_response, "self-mask shares of 43 bytes"),
+    (lambda: wire.encode_unmask_response(secagg.UnmaskResponse(b"s" * 32, 4, ((1, b"x" * SH),), ((2, b"x" * 40),))),
+     wire.decode_unmask_response, "key shares of 40 bytes"),
+    (lambda: wire.encode_masked(secagg.MaskedInput(b"s" * 30, 4, np.arange(5, dtype=np.uint32))),
+     lambda m: wire.decode_masked(m, 5), "session id of 30 bytes"),
+])
+def test_secagg_messages_with_the_wrong_sizes_or_ids_are_refused(encode, decode, match):
+    with pytest.raises(wire.WireError, match=match):
+        decode(encode())
+
+
+def test_secagg_messages_roundtrip_to_equal_dataclasses():
+    msgs = [
+        (secagg.AdvertiseKeys(b"s" * 32, 4, b"c" * 32, b"k" * 32), wire.encode_advertise, wire.decode_advertise),
+        (secagg.KeyRoster(b"s" * 32, ((1, b"a" * 32, b"b" * 32),)), wire.encode_roster, wire.decode_roster),
+        (secagg.ShareKeys(b"s" * 32, 4, ((1, b"x" * CT),)), wire.encode_share_keys, wire.decode_share_keys),
+        (secagg.ShareBundle(b"s" * 32, 4, ()), wire.encode_share_bundle, wire.decode_share_bundle),
+        (secagg.UnmaskRequest(b"s" * 32, (4,), ()), wire.encode_unmask_request, wire.decode_unmask_request),
+        (secagg.UnmaskResponse(b"s" * 32, 4, ((4, b"x" * SH),), ()), wire.encode_unmask_response,
+         wire.decode_unmask_response),
+    ]
+    for msg, encode, decode in msgs:
+        assert decode(encode(msg)) == msg

@@ -3,12 +3,13 @@
 import pytest
 
 import secagg
-from secagg import DHProtocol, NoMasking, UnknownProtocolError
+from secagg import DHProtocol, NoMasking, SecAggPlusProtocol, SecAggProtocol, UnknownProtocolError
 
 
 def test_canonical_names_and_aliases_resolve():
-    assert secagg.get("dh") is DHProtocol
+    assert secagg.get("dh") is SecAggProtocol is DHProtocol
     assert secagg.get("DHProtocol") is DHProtocol
+    assert secagg.get("secaggplus") is secagg.get("SecAggPlusProtocol") is SecAggPlusProtocol
     assert secagg.get("none") is NoMasking
     assert secagg.canonical("DHProtocol") == "dh"
 
@@ -24,6 +25,7 @@ def test_unknown_name_lists_every_registered_name_and_alias():
     message = str(info.value)
     assert "'foo'" in message
     assert "dh (aliases: DHProtocol)" in message and "none" in message
+    assert "secaggplus (aliases: SecAggPlusProtocol)" in message
 
 
 def test_unknown_protocol_error_is_a_value_error():
@@ -31,7 +33,7 @@ def test_unknown_protocol_error_is_a_value_error():
 
 
 def test_names_are_the_canonical_names():
-    assert {"dh", "none"} <= set(secagg.names())
+    assert {"dh", "secaggplus", "none"} <= set(secagg.names())
     assert "DHProtocol" not in secagg.names()
 
 
@@ -44,7 +46,9 @@ def test_a_taken_name_cannot_be_registered_to_another_class():
     assert secagg.get("DHProtocol") is DHProtocol
 
 
-def test_protocol_namespaces_say_whether_they_mask():
-    assert DHProtocol.masks and DHProtocol.name == "dh"
-    assert DHProtocol.Client is secagg.DHClient and DHProtocol.Server is secagg.DHServer
+def test_protocol_namespaces_say_whether_they_mask_and_over_which_graph():
+    assert DHProtocol.masks and DHProtocol.name == "dh" and DHProtocol.full_graph
+    assert SecAggPlusProtocol.masks and SecAggPlusProtocol.name == "secaggplus" and not SecAggPlusProtocol.full_graph
+    for protocol in (SecAggProtocol, SecAggPlusProtocol):
+        assert protocol.Client is secagg.Client and protocol.Server is secagg.Server
     assert not NoMasking.masks and NoMasking.Client is None and NoMasking.Server is None

@@ -1,0 +1,37 @@
+"""SecAgg+ (Bell et al., CCS 2020): the same double masking over a sparse random graph, `secaggplus`.
+
+Each client masks with, and Shamir-shares b_u and s_sk_u among, only its k neighbours in a random
+k-regular graph (RoundConfig.neighbours: the Harary graph H(k, n) relabelled by a PRG keyed by the
+session, so every party derives the same graph with no extra message). The default degree is the smallest
+even k >= 2 ceil(log2 n), capped at n - 1, and the threshold t = k // 2 + 1 counts shares among the k + 1
+holders of a secret (the owner included). Client and server work per client drop from O(n) to O(k) =
+O(log n) key agreements and mask expansions.
+
+Dropout recovery is per neighbourhood: the round completes when every survivor's self-mask seed and
+every needed dropped key has t surviving holders among its neighbourhood; otherwise it aborts
+(RoundAborted), never returning a wrong sum. With k = 2 ceil(log2 n) this fails only when a neighbourhood
+loses more than about half its members; the full graph's guarantee (exact while >= t of n remain) does
+not carry over pattern by pattern.
+
+Bytes per client and round: as `dh` (secagg/dh.py) with n - 1 replaced by k in the ShareKeys,
+ShareBundle and UnmaskResponse terms: up about 112 + 114 k + 46 (k + 1) + 4 L + 85, down about
+74 n + 114 k + 2 n (the roster and the unmask request still list every client).
+"""
+
+from __future__ import annotations
+
+from .dh import Client, Server
+from .registry import register
+
+
+class SecAggPlusProtocol:
+    """Bonawitz-style double masking over a logarithmic-degree random graph (SecAgg+)."""
+
+    name = "secaggplus"
+    masks = True
+    full_graph = False
+    Client = Client
+    Server = Server
+
+
+register("secaggplus", SecAggPlusProtocol, aliases=("SecAggPlusProtocol",))

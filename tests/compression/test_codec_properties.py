@@ -1,0 +1,229 @@
+"""Properties every registered codec keeps, checked with hypothesis over lengths 1..5000, ratios in
+(0, 1] and float16/32/64 inputs: what decode returns, that len(payload) is the documented size,
+and how empty, constant, zero, NaN/Inf and huge inputs are handled."""
+
+import math
+import struct
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import compression
+from compression import ErrorFeedback
+from compression.packing import packed_size
+from compression.positions import topk_count
+from position_reference import reference_position_sizes
+
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+SPARSE = {"topk", "randk", "ternary", "countsketch"}  # need at least one entry
+
+
+@st.composite
+def vectors(draw, max_n=5000):
+    """(input array in its own dtype, the float32 vector the codec sees)."""
+    n = draw(st.integers(1, max_n))
+    dtype = draw(st.sampled_from([np.float16, np.float32, np.float64]))
+    kind = draw(st.sampled_from(["normal", "constant", "zeros", "ties", "huge", "tiny", "sparse", "mixed"]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    top = float(np.finfo(dtype).max) if dtype != np.float64 else FLOAT32_MAX
+    if kind == "normal":
+        x = rng.standard_normal(n)
+    elif kind == "constant":
+        x = np.full(n, draw(st.sampled_from([-2.5, 1.0, 7e-3])))
+    elif kind == "zeros":
+        x = np.zeros(n)
+    elif kind == "ties":
+        x = rng.integers(-2, 3, n).astype(np.float64)
+    elif kind == "huge":
+        x = rng.uniform(-1, 1, n) * top
+    elif kind == "tiny":
+        x = rng.standard_normal(n) * 1e-30
+    elif kind == "sparse":
+        x = np.where(rng.random(n) < 0.05, rng.standard_normal(n) * 100, 0.0)
+    else:
+        x = rng.standard_normal(n) * 10.0 ** rng.integers(-6, 6, n)
+    x = np.clip(x, -top, top).astype(dtype)
+    return x, x.astype(np.float32)
+
+
+ratios = st.one_of(st.floats(min_value=0.0, max_value=1.0, exclude_min=True), st.sampled_from([1.0, 0.5, 1e-3]))
+
+
+def refuses(name, codec, vector32) -> bool:
+    """Where a codec must refuse an input with a clear ValueError: a count-sketch cell beyond float32."""
+    if name != "countsketch":
+        return False
+    hashes = codec.hashes(vector32.size)
+    for r in range(hashes.rows):
+        cells = np.bincount(hashes.buckets[r], weights=hashes.signs[r] * vector32.astype(np.float64),
+                            minlength=hashes.cols)
+        with np.errstate(over="ignore"):
+            if np.isinf(cells.astype(np.float32)).any():
+                return True
+    return False
+
+
+def reference_size(name, codec, payload, vector32) -> int:
+    """The documented size formula of each built-in codec, recomputed here."""
+    n = vector32.size
+    if name == "none":
+        return 4 * n
+    if name == "topk":
+        positions = _kept_positions(payload, n)
+        return 10 + min(reference_position_sizes(positions, n).values()) + 4 * positions.size
+    if name == "randk":
+        return 18 + 4 * topk_count(n, codec.ratio)
+    if name == "ternary":
+        positions = _kept_positions(compression.TopKCompression(codec.ratio).encode(vector32), n)
+        return 18 + min(reference_position_sizes(positions, n).values()) + math.ceil(positions.size / 8)
+    if name == "qsgd":
+        return 15 + math.ceil(n * (1 + codec.levels.bit_length()) / 8)
+    if name == "fp16":
+        return 5 + 2 * n
+    if name == "int8":
+        return 13 + n
+    if name == "countsketch":
+        rows = codec.rows
+        return 25 + 4 * rows * max(1, math.floor(Fraction(repr(codec.ratio)) * n / rows))
+    return codec.size(n)  # a codec added later: its own formula
+
+
+def _kept_positions(topk_payload, n):
+    return compression.TopKCompression().decode_sparse(topk_payload, n)[0]
+
+
+def check_accuracy(name, codec, payload, decoded, vector32):
+    """What decode(encode(x)) must equal, codec by codec."""
+    n = vector32.size
+    wide = vector32.astype(np.float64)
+    if name == "none":
+        assert np.array_equal(decoded, vector32)
+    elif name == "topk":
+        k = codec.k_for(n)
+        kept = np.sort(np.argsort(-np.abs(vector32), kind="stable")[:k])
+        assert np.array_equal(decoded[kept], vector32[kept]) and not np.delete(decoded, kept).any()
+    elif name == "randk":
+        positions, values = compression.get(name)().decode_sparse(payload, n)
+        assert positions.size == topk_count(n, codec.ratio) and np.array_equal(values, vector32[positions])
+        assert not np.delete(decoded, positions).any()
+    elif name == "ternary":
+        kept = _kept_positions(compression.TopKCompression(codec.ratio).encode(vector32), n)
+        mu = np.float32(np.abs(wide[kept]).mean())
+        assert np.array_equal(decoded[kept], np.where(vector32[kept] < 0, -mu, mu))
+        assert not np.delete(decoded, kept).any()
+    elif name == "qsgd":
+        r = struct.unpack_from("<f", payload, 11)[0]
+        assert r >= min(np.sqrt(np.sum(wide**2)), FLOAT32_MAX)
+        assert (np.abs(decoded - wide) <= r / codec.levels * (1 + 1e-6) + np.abs(wide) * 2.0**-23).all()
+    elif name == "fp16":
+        clipped = np.clip(wide, -65504, 65504)
+        assert (np.abs(decoded - clipped) <= np.maximum(np.abs(clipped) * 2.0**-11, 2.0**-25)).all()
+    elif name == "int8":
+        scale = struct.unpack_from("<f", payload, 9)[0]
+        assert (np.abs(decoded - wide) <= scale / 2 + np.abs(wide) * 2.0**-22).all()
+    elif name == "countsketch":
+        assert np.count_nonzero(decoded) <= codec.k_for(n)
+        if not vector32.any():
+            assert not decoded.any()
+
+
+@pytest.mark.parametrize("name", compression.names())
+@given(case=vectors(), ratio=ratios)
+def test_round_trip_size_and_accuracy(name, case, ratio):
+    x, vector32 = case
+    codec = compression.get(name)(ratio)
+    if refuses(name, codec, vector32):
+        with pytest.raises(ValueError, match="overflow"):
+            codec.encode(x)
+        return
+    payload = codec.encode(x)
+    assert isinstance(payload, bytes) and payload == codec.encode(x)  # deterministic by default
+    decoded = compression.get(name)().decode(payload, x.size)  # the receiver knows only name and length
+    assert decoded.dtype == np.float32 and decoded.shape == (x.size,) and np.isfinite(decoded).all()
+    assert decoded.flags.writeable
+    assert len(payload) == reference_size(name, codec, payload, vector32)
+    assert len(payload) <= codec.size(x.size)
+    check_accuracy(name, codec, payload, decoded, vector32)
+
+
+@pytest.mark.parametrize("name", compression.names())
+@given(case=vectors(max_n=2000), ratio=ratios, residual_seed=st.integers(0, 2**32 - 1))
+def test_error_feedback_keeps_decoded_plus_new_residual_equal_to_input_plus_old_residual(name, case, ratio,
+                                                                                           residual_seed):
+    x, vector32 = case
+    scale = float(np.abs(vector32).max()) if vector32.any() else 1.0
+    residual = (np.random.default_rng(residual_seed).standard_normal(x.size) * min(scale, 1e30)).astype(np.float32)
+    corrected = vector32.astype(np.float64) + residual
+    codec = compression.get(name)(ratio)
+    with np.errstate(over="ignore"):
+        overflows = not np.isfinite(corrected.astype(np.float32)).all()
+    if overflows or refuses(name, codec, corrected.astype(np.float32)):
+        return  # the sum overflows float32: encode refuses it (tested elsewhere)
+    payload, new_residual = ErrorFeedback(codec).encode(x, residual)
+    decoded = codec.decode(payload, x.size).astype(np.float64)
+    assert new_residual.dtype == np.float32 and new_residual.shape == (x.size,)
+    # float32 rounding of `update + residual` and of `corrected - decoded`: one ulp of the largest term each
+    magnitude = np.maximum(np.abs(corrected), np.abs(decoded))
+    assert (np.abs(decoded + new_residual - corrected) <= 2 * magnitude * 2.0**-23 + 1e-45).all()
+
+
+@pytest.mark.parametrize("name", compression.names())
+def test_empty_input_round_trips_for_dense_codecs_and_is_refused_by_sparse_ones(name):
+    codec = compression.get(name)(0.5)
+    if name in SPARSE:
+        with pytest.raises(ValueError, match="empty"):
+            codec.encode(np.zeros(0, np.float32))
+    else:
+        assert codec.decode(codec.encode(np.zeros(0, np.float32)), 0).shape == (0,)
+
+
+@pytest.mark.parametrize("name", compression.names())
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, 1e39])
+def test_nan_inf_and_float32_overflow_are_refused(name, bad):
+    vector = np.ones(100)
+    vector[17] = bad
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        compression.get(name)(0.1).encode(vector)
+
+
+@pytest.mark.parametrize("name", compression.names())
+def test_constant_and_all_zero_vectors_have_defined_results(name):
+    codec = compression.get(name)(0.1)
+    assert not codec.decode(codec.encode(np.zeros(1000)), 1000).any()
+    constant = np.full(1000, -0.75, np.float32)
+    decoded = codec.decode(codec.encode(constant), 1000)
+    assert np.isfinite(decoded).all()
+    if name != "countsketch":  # a sketch's estimates mix signed buckets; the others keep signs
+        assert (decoded <= 0).all() and decoded.any()
+
+
+@pytest.mark.parametrize("name", compression.names())
+def test_every_codec_is_built_from_a_ratio_alone_and_says_whether_it_is_biased(name):
+    cls = compression.get(name)
+    for ratio in (1.0, 0.5, 0.01):
+        codec = cls(ratio)
+        assert codec.name == name and isinstance(codec.biased, bool) and codec.ratio == ratio
+    assert cls.__doc__ and "Size" in cls.__doc__  # the size formula lives in the class docstring
+
+
+def test_countsketch_tables_are_linear():
+    rng = np.random.default_rng(0)
+    codec = compression.get("countsketch")(0.1, rows=3)
+    for n in (1, 17, 1000, 4999):
+        a, b = rng.standard_normal((2, n)).astype(np.float32)
+        np.testing.assert_allclose(codec.sketch_table(a) + codec.sketch_table(b), codec.sketch_table(a + b),
+                                   atol=1e-4 * max(1.0, math.sqrt(n)))
+
+
+def test_biased_flags():
+    expected = {"none": False, "topk": True, "randk": True, "ternary": True, "qsgd": False, "fp16": True,
+                "int8": True, "countsketch": True}
+    assert {name: compression.get(name)().biased for name in expected} == expected
+    assert compression.get("randk")(0.1, unbiased=True).biased is False
+
+
+def test_packed_size_helper():
+    assert packed_size(3, 6) == 3 and packed_size(0, 5) == 0 and packed_size(1, 1) == 1

@@ -1,0 +1,102 @@
+"""Tiny datasets written in the exact on-disk formats torchvision reads, so tests run the real loaders.
+
+- MNIST / Fashion-MNIST: IDX files (big-endian header, uint8 payload) in `<root>/<Class>/raw/`.
+- CIFAR-10: pickled batches (dicts with `data` (n, 3072) uint8 and `labels`) in `<root>/cifar-10-batches-py/`.
+  torchvision checks their md5 against the real dataset's, so `cifar_checksums` returns the md5s of the
+  files written here for a test to put on the class (the production loader still uses torchvision's class).
+"""
+from __future__ import annotations
+
+import gzip
+import hashlib
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+
+MNIST_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
+               "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
+
+
+def write_idx(path: Path, array: np.ndarray, compress: bool = False) -> None:
+    """An IDX file: magic (0, 0, 0x08 = uint8, number of dimensions), each dimension as big-endian uint32, data."""
+    array = np.ascontiguousarray(array, dtype=np.uint8)
+    blob = struct.pack(">BBBB", 0, 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape) + array.tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if compress:
+        with gzip.open(f"{path}.gz", "wb") as f:
+            f.write(blob)
+    else:
+        path.write_bytes(blob)
+
+
+def write_mnist(root: Path, folder: str, x_train, y_train, x_test, y_test, compress: bool = False) -> Path:
+    """Images (n, 28, 28) uint8 and labels as the four IDX files of `<root>/<folder>/raw/`."""
+    raw = Path(root) / folder / "raw"
+    for split, (x, y) in {"train": (x_train, y_train), "test": (x_test, y_test)}.items():
+        images, labels = MNIST_FILES[split]
+        write_idx(raw / images, x, compress)
+        write_idx(raw / labels, y, compress)
+    return raw
+
+
+def digits_as_mnist_arrays(seed: int = 0):
+    """scikit-learn's digits (real handwriting), upsampled as MNIST was made: the 8x8 glyph scaled to
+    20x20 (bilinear), centred in a 28x28 frame, 0-255. Returns x_train, y_train, x_test, y_test (80/20)."""
+    import torch
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = load_digits(return_X_y=True)
+    small = torch.from_numpy(x.reshape(-1, 1, 8, 8).astype(np.float32) / 16.0)
+    big = torch.nn.functional.interpolate(small, size=(20, 20), mode="bilinear", align_corners=False)
+    big = torch.nn.functional.pad(big, (4, 4, 4, 4))
+    images = (big.clamp(0, 1) * 255).round().to(torch.uint8).numpy()[:, 0]
+    x_tr, x_te, y_tr, y_te = train_test_split(images, y.astype(np.uint8), test_size=0.2, random_state=seed,
+                                              stratify=y)
+    return x_tr, y_tr, x_te, y_te
+
+
+def synthetic_images(n: int, shape: tuple[int, ...], seed: int, num_classes: int = 10):
+    """uint8 images whose class shows as a brighter horizontal band (learnable, not meaningful), labels 0..9."""
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % num_classes
+    rng.shuffle(y)
+    x = rng.integers(0, 100, size=(n, *shape)).astype(np.int32)
+    rows = shape[-2]
+    for c in range(num_classes):
+        band = slice(c * rows // num_classes, (c + 1) * rows // num_classes)
+        x[y == c, ..., band, :] += 150
+    return x.clip(0, 255).astype(np.uint8), y.astype(np.uint8)
+
+
+def write_cifar10(root: Path, x_train, y_train, x_test, y_test) -> dict[str, str]:
+    """(n, 3, 32, 32) uint8 images as CIFAR-10's five training batches, test batch and meta file;
+    returns {file name: md5} of what was written."""
+    folder = Path(root) / "cifar-10-batches-py"
+    folder.mkdir(parents=True, exist_ok=True)
+    blobs = {}
+    for i, part in enumerate(np.array_split(np.arange(len(y_train)), 5), start=1):
+        blobs[f"data_batch_{i}"] = {"batch_label": f"training batch {i} of 5",
+                                    "data": x_train[part].reshape(len(part), -1), "labels": [int(v) for v in y_train[part]]}
+    blobs["test_batch"] = {"batch_label": "testing batch 1 of 1", "data": x_test.reshape(len(x_test), -1),
+                           "labels": [int(v) for v in y_test]}
+    blobs["batches.meta"] = {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
+                                             "horse", "ship", "truck"], "num_vis": 3072, "num_cases_per_batch": 10000}
+    md5 = {}
+    for name, blob in blobs.items():
+        data = pickle.dumps(blob, protocol=2)
+        (folder / name).write_bytes(data)
+        md5[name] = hashlib.md5(data).hexdigest()
+    return md5
+
+
+def cifar_checksums(md5: dict[str, str]) -> dict[str, object]:
+    """The CIFAR10 class attributes that carry md5s, pointing at the files `write_cifar10` wrote."""
+    import torchvision.datasets
+
+    cls = torchvision.datasets.CIFAR10
+    return {"train_list": [[name, md5[name]] for name, _ in cls.train_list],
+            "test_list": [[name, md5[name]] for name, _ in cls.test_list],
+            "meta": {**cls.meta, "md5": md5[cls.meta["filename"]]}}

@@ -1,0 +1,119 @@
+"""RoundConfig and make_round: the defaults, the bounds, and the public neighbour graph."""
+
+import math
+
+import pytest
+
+import secagg
+from secagg import RoundConfig, default_degree, make_round, session_id
+
+
+def config(protocol, n, **kw):
+    ids = list(range(n))
+    return make_round(protocol, session_id("run", 0, ids), ids, 100, **kw)
+
+
+@pytest.mark.parametrize("n", [2, 3, 10, 30, 100, 1000])
+def test_the_full_graph_defaults_to_a_majority_threshold(n):
+    cfg = config("dh", n)
+    assert cfg.threshold == n // 2 + 1 and cfg.degree is None and cfg.full_graph
+    assert cfg.neighbours(0) == tuple(range(1, n))
+
+
+@pytest.mark.parametrize("n,degree,threshold", [(3, 2, 2), (10, 8, 5), (30, 10, 6), (100, 14, 8), (1000, 20, 11)])
+def test_secaggplus_defaults_to_a_logarithmic_even_degree_and_a_majority_of_each_neighbourhood(n, degree, threshold):
+    cfg = config("secaggplus", n)
+    assert cfg.degree == degree == default_degree(n)
+    assert degree % 2 == 0 and degree >= 2 * math.ceil(math.log2(n)) or degree == n - 1
+    assert cfg.threshold == threshold == degree // 2 + 1
+    assert cfg.group_size == degree + 1
+
+
+def test_the_default_degree_is_capped_at_n_minus_1():
+    assert default_degree(4) == 3 and default_degree(2) == 1
+    cfg = config("secaggplus", 4)
+    assert cfg.degree == 3 and cfg.full_graph and cfg.threshold == 3  # a majority of 4
+
+
+@pytest.mark.parametrize("n", [10, 30, 101])
+def test_the_neighbour_graph_is_regular_symmetric_and_excludes_self(n):
+    cfg = config("secaggplus", n)
+    for u in cfg.participants:
+        nbrs = cfg.neighbours(u)
+        assert len(nbrs) == cfg.degree == len(set(nbrs))
+        assert u not in nbrs and list(nbrs) == sorted(nbrs)
+        assert all(u in cfg.neighbours(v) for v in nbrs)
+
+
+def test_the_graph_is_a_public_function_of_the_session():
+    ids = list(range(40))
+    a = make_round("secaggplus", session_id("run", 0, ids), ids, 10)
+    b = make_round("secaggplus", session_id("run", 0, ids), ids, 999)
+    c = make_round("secaggplus", session_id("run", 1, ids), ids, 10)
+    graph = lambda cfg: [cfg.neighbours(u) for u in ids]  # noqa: E731
+    assert graph(a) == graph(b)
+    assert graph(a) != graph(c)
+    assert graph(a) != [tuple(sorted({(u + d) % 40 for d in (-5, -4, -3, -2, -1, 1, 2, 3, 4, 5)})) for u in ids]
+
+
+def test_ids_need_not_be_contiguous_and_are_sorted():
+    cfg = make_round("dh", session_id("run", 0, [42, 7, 3]), [42, 7, 3], 10)
+    assert cfg.participants == (3, 7, 42)
+    assert cfg.neighbours(7) == (3, 42)
+    with pytest.raises(ValueError, match="not a participant"):
+        cfg.neighbours(8)
+
+
+@pytest.mark.parametrize("kw,match", [
+    ({"threshold": 11}, "exceeds"),
+    ({"threshold": 1}, "< 2"),
+    ({"threshold": 0}, "< 2"),
+    ({"threshold": 2.5}, "integer"),
+])
+def test_thresholds_outside_2_to_n_are_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        config("dh", 10, **kw)
+
+
+def test_a_secaggplus_threshold_above_the_neighbourhood_is_refused():
+    with pytest.raises(ValueError, match="exceeds the 11 shares"):
+        config("secaggplus", 30, degree=10, threshold=12)
+    assert config("secaggplus", 30, degree=10, threshold=11).threshold == 11
+
+
+@pytest.mark.parametrize("degree", [1, 3, 30, 0])
+def test_a_degree_that_is_odd_or_out_of_range_is_refused(degree):
+    with pytest.raises(ValueError, match="degree"):
+        config("secaggplus", 30, degree=degree)
+
+
+def test_the_full_graph_takes_no_degree():
+    with pytest.raises(ValueError, match="takes no degree"):
+        config("dh", 10, degree=4)
+
+
+def test_bad_cohorts_are_refused():
+    session = session_id("run", 0, [0, 1])
+    with pytest.raises(ValueError, match="duplicate"):
+        make_round("dh", session, [0, 0, 1], 10)
+    with pytest.raises(ValueError, match="at least 2"):
+        make_round("dh", session, [0], 10, threshold=2)
+    with pytest.raises(ValueError, match="lie in"):
+        make_round("dh", session, [0, secagg.MAX_CLIENT_ID + 1], 10)
+    with pytest.raises(ValueError, match="sorted"):
+        RoundConfig(session, (1, 0), 10, 2)
+    with pytest.raises(ValueError, match="32 bytes"):
+        make_round("dh", b"short", [0, 1], 10)
+    with pytest.raises(ValueError, match="length"):
+        make_round("dh", session, [0, 1], 0)
+    with pytest.raises(ValueError, match="does not mask"):
+        make_round("none", session, [0, 1], 10)
+    with pytest.raises(secagg.UnknownProtocolError):
+        make_round("nope", session, [0, 1], 10)
+
+
+def test_make_round_accepts_the_protocol_class_or_an_alias():
+    ids = [0, 1, 2]
+    session = session_id("run", 0, ids)
+    assert make_round(secagg.SecAggProtocol, session, ids, 5) == make_round("DHProtocol", session, ids, 5)
+    assert make_round("SecAggPlusProtocol", session, ids, 5).degree == 2

@@ -23,6 +23,7 @@ COLUMNS = [
     "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "rejected", "aborted",
     "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask", "late_ignored",
     "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode", "t_evaluate", "t_round",
+    "t_step_advertise", "t_step_share_keys", "t_step_masked_input", "t_step_unmask",
     "state_bytes", "driver_peak_mb", "worker_peak_mb",
     "env", "env_cpu", "env_cores", "env_torch", "device", "backend", "num_workers",
 ]

@@ -178,10 +178,12 @@ def _masked_round(cfg, pool, tally: Tally, r: int, run_id: str, cohort: list[int
     vanish = np.random.default_rng(np.random.SeedSequence([cfg.seed, r, 17]))
     alive = set(cohort)
     drops = {"advertise": 0, "share_keys": 0, "masked_input": 0, "unmask": 0}
+    step_started: dict[str, float] = {}
 
     def call(method: str, args_for, step: str) -> list[tuple[int, bytes]]:
         """Inject this step's dropouts, call the workers of the clients still alive, return the messages."""
         nonlocal alive
+        step_started[step] = time.perf_counter()
         if step != "advertise" and cfg.secagg.dropout > 0:
             gone = {c for c in sorted(alive) if vanish.random() < cfg.secagg.dropout}
             drops[step] += len(gone)
@@ -229,6 +231,9 @@ def _masked_round(cfg, pool, tally: Tally, r: int, run_id: str, cohort: list[int
         policy.observe(r, positions, values, None if table is None else table.reshape(sketch.rows, sketch.cols))
         stats["t_decode"] += time.perf_counter() - t0
         applied = True
+    steps = list(step_started) + ["end"]
+    step_started["end"] = time.perf_counter()
+    row.update({f"t_step_{a}": step_started[b] - step_started[a] for a, b in zip(steps, steps[1:])})
     row.update(dropped=sum(drops.values()), **{f"dropped_{step}": n for step, n in drops.items()},
                late_ignored=agg.state.late_ignored)
     return applied

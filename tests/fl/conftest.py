@@ -2,15 +2,9 @@
 from __future__ import annotations
 
 import pytest
-from omegaconf import OmegaConf
 
 from fixtures_datasets import (cifar_checksums, digits_as_mnist_arrays, synthetic_images, write_cifar10,
                                write_mnist)
-
-
-def dataset_cfg(name: str, root, **extra):
-    return OmegaConf.create({"name": name, "root": str(root), "download": False, "test_fraction": 0.2,
-                             "max_train": None, "max_test": None, **extra})
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,14 @@ from pathlib import Path
 
 import numpy as np
 
+def dataset_cfg(name: str, root, **extra):
+    """A `dataset` config reading `name` from `root` (no download, no subsampling unless `extra` says so)."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({"name": name, "root": str(root), "download": False, "test_fraction": 0.2,
+                             "max_train": None, "max_test": None, **extra})
+
+
 MNIST_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
                "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
 

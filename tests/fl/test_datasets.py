@@ -8,8 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 import fl
-from conftest import dataset_cfg
-from fixtures_datasets import synthetic_images
+from fixtures_datasets import dataset_cfg, synthetic_images
 from fl.config import ConfigError, validate
 from fl.data import DatasetNotFoundError, load_dataset
 from fl.models import build_model

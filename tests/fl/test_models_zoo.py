@@ -8,7 +8,7 @@ import torch
 from omegaconf import OmegaConf
 
 import fl
-from conftest import dataset_cfg
+from fixtures_datasets import dataset_cfg
 from fl.config import DATASETS, MODELS, ConfigError, validate
 from fl.data import INPUT_SHAPES, load_dataset, load_digits, partition
 from fl.models import MODELS as BUILDABLE, build_model, check_device, get_flat, num_params, param_table, set_flat

@@ -85,6 +85,7 @@ class CountSketchCompression(Codec):
 
     name = "countsketch"
     biased = True
+    linear = True  # tables add up: it commutes with pairwise masking
 
     def __init__(self, ratio: float = 0.5, rows: int = 5, cols_per_k: float = 16.0, seed: int = 0):
         super().__init__(ratio)

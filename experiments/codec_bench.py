@@ -124,6 +124,25 @@ def measure(label, options, encoder, make_decoder, workload, arrays, ratio, reps
     return rows
 
 
+def head_to_head(arrays, reps):
+    """Top-k and the floor at ratios 0.5 and 0.01, alternated within every repetition, so that load from
+    other jobs falls on all of them alike; rows with workload '<workload> interleaved', stage 'total'."""
+    topk = compression.get("topk")
+    contenders = [(label, ratio, make(ratio), decoder) for ratio in (0.5, 0.01) for label, make, decoder in (
+        ("floor", Floor, lambda: Floor(1.0)), ("topk", topk, topk),
+        ("topk[sampled]", lambda r: topk(r, threshold="sampled"), topk))]
+    seconds = {(label, ratio): [] for label, ratio, _, _ in contenders}
+    for label, ratio, encoder, decoder in contenders:  # warm-up
+        run_once(encoder, decoder, label.split("[")[0], arrays)
+    for _ in range(reps):
+        for label, ratio, encoder, decoder in contenders:
+            seconds[(label, ratio)].append(run_once(encoder, decoder, label.split("[")[0], arrays)[0]["total"])
+    return [dict(workload=f"{SMALL} interleaved", codec=label, options="", ratio=ratio, stage="total",
+                 seconds=float(np.median(values)), seconds_min=float(np.min(values)),
+                 seconds_per_message=float(np.median(values)) / len(arrays), messages=len(arrays), reps=reps)
+            for (label, ratio), values in seconds.items()]
+
+
 def position_rows(workload, arrays):
     """Top-k position bytes per encoding, against the chosen one and the entropy bound log2 C(n, k) / 8."""
     rows = []
@@ -197,9 +216,10 @@ def write_report(df: pd.DataFrame, positions: pd.DataFrame, out: Path, command: 
     stage = {(r.workload, r.codec, r.ratio, r.stage): r.seconds for r in df.itertuples()}
     total = {key[:3]: seconds for key, seconds in stage.items() if key[3] == "total"}
     fastest = {(r.workload, r.codec, r.ratio): r.seconds_min for r in df.itertuples() if r.stage == "total"}
-    best05, best001 = fastest[(SMALL, "topk", 0.5)], fastest[(SMALL, "topk", 0.01)]
-    topk05, floor05 = total[(SMALL, "topk", 0.5)], total[(SMALL, "floor", 0.5)]
-    topk001, floor001 = total[(SMALL, "topk", 0.01)], total[(SMALL, "floor", 0.01)]
+    both = f"{SMALL} interleaved"
+    topk05, floor05, sampled05 = (total[(both, c, 0.5)] for c in ("topk", "floor", "topk[sampled]"))
+    topk001, floor001, sampled001 = (total[(both, c, 0.01)] for c in ("topk", "floor", "topk[sampled]"))
+    best05, best001 = fastest[(both, "topk", 0.5)], fastest[(both, "topk", 0.01)]
     worst = positions[positions.workload == SMALL]["chosen_over_best"].max()
     goal = lambda ok: "met" if ok else "**missed**"  # noqa: E731
     lines = [
@@ -216,14 +236,17 @@ def write_report(df: pd.DataFrame, positions: pd.DataFrame, out: Path, command: 
         "",
         "## Goals",
         "",
+        "Top-k and the floor measured alternately within each repetition (so that load from other jobs falls",
+        "on both alike); round trip = compress + serialize + deserialize + decompress of all 100 messages.",
+        "",
         "| goal | measured | |",
         "|---|---|---|",
         f"| top-k 0.5, exact k, round trip of the workload <= 10 ms | {ms(topk05)} ms (fastest repetition "
-        f"{ms(best05)} ms) | {goal(topk05 <= 0.010)} |",
+        f"{ms(best05)} ms; threshold='sampled' {ms(sampled05)} ms) | {goal(topk05 <= 0.010)} |",
         f"| ... within 1.5x of the floor | {topk05 / floor05:.2f}x ({ms(floor05)} ms floor) | "
         f"{goal(topk05 <= 1.5 * floor05)} |",
-        f"| top-k 0.01 round trip <= 3 ms | {ms(topk001)} ms ({topk001 / floor001:.2f}x floor; fastest repetition "
-        f"{ms(best001)} ms; threshold='sampled' {ms(total[(SMALL, 'topk[sampled]', 0.01)])} ms) | "
+        f"| top-k 0.01 round trip <= 3 ms | {ms(topk001)} ms ({topk001 / floor001:.2f}x the {ms(floor001)} ms floor; "
+        f"fastest repetition {ms(best001)} ms; threshold='sampled' {ms(sampled001)} ms) | "
         f"{goal(topk001 <= 0.003)} |",
         f"| position bytes within 1% of the best encoding, every k | worst chosen/best {worst:.4f} | "
         f"{goal(worst <= 1.01)} |",
@@ -272,6 +295,8 @@ def main(argv=None) -> pd.DataFrame:
                 print(f"{workload:14s} {label:14s} {ratio!s:6s} total {total * 1e3:9.2f} ms  "
                       f"{rows[-1]['bytes']:>12,} bytes", flush=True)
         position_table += position_rows(workload, arrays)
+        if workload == SMALL:
+            rows += head_to_head(arrays, reps)
     df = pd.DataFrame(rows)
     positions = pd.DataFrame(position_table)
     out = Path(args.out)

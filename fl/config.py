@@ -60,6 +60,7 @@ class CompressionConfig:
     sketch_cols_per_k: float = 2.0  # sketch columns as a multiple of k
     prev_topk_random: float = 0.1   # prev_topk: share of k drawn at random
     residual_dtype: str = "float32"  # float32 | float16: storage of error-feedback residuals between rounds
+    options: dict[str, Any] = field(default_factory=dict)  # codec options, e.g. {levels: 8} for qsgd
 
 
 @dataclass
@@ -111,6 +112,7 @@ def register_schema() -> None:
 
 
 INDEX_POLICIES = ("sketch", "randk", "prev_topk")
+MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")  # = fl.data.DATASETS
 
@@ -119,6 +121,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     """Refuse a configuration before any work: returns the typed config with canonical protocol names."""
     schema = OmegaConf.structured(Config)
     OmegaConf.set_struct(schema, True)
+    OmegaConf.set_struct(schema.compression.options, False)  # codec options: checked by the codec itself
     try:  # unknown keys (even ones forced in with `+key=`) and wrong types raise here
         plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
         typed = OmegaConf.merge(schema, plain)
@@ -176,6 +179,16 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             raise ConfigError(f"fl.{key} must be >= 1, got {getattr(f, key)}")
     if not f.lr > 0:
         raise ConfigError(f"fl.lr must be > 0, got {f.lr}")
+    try:  # the codec accepts its options (a typo'd option name fails here)
+        codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"compression {c.compression.name!r}: {err}") from None
+    if (secagg.get(c.secagg.name).masks and c.compression.client
+            and c.compression.name not in MASKABLE and not getattr(codec, "linear", False)):
+        raise ConfigError(
+            f"compression {c.compression.name!r} cannot be combined with masking: pairwise masks cancel only "
+            f"position by position; use {', '.join(MASKABLE)} (a shared index set) or a linear codec "
+            "(countsketch), or compression.client=false")
     if c.compression.residual_dtype not in ("float32", "float16"):
         raise ConfigError(f"compression.residual_dtype must be float32 or float16, got {c.compression.residual_dtype!r}")
     if c.compression.sketch_rows < 1 or not c.compression.sketch_cols_per_k > 0:
@@ -208,8 +221,11 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     comp, defaults = c.compression, CompressionConfig()
     if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:
         comp.name = "none"
+    if comp.name == "randk" and comp.client and secagg.get(c.secagg.name).masks:
+        comp.index_policy = "randk"  # masked rand-k is the public random shared set
     if comp.name == "none" or not (comp.client or comp.server):
         comp.name, comp.ratio, comp.client, comp.server, comp.error_feedback = "none", 1.0, False, False, False
+        comp.options = {}
     if comp.name == "none" or not comp.client or not secagg.get(c.secagg.name).masks:
         for key in ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random"):
             setattr(comp, key, getattr(defaults, key))

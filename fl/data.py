@@ -145,7 +145,7 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool) -> tup
             pass
         try:
             ds = cls(root, train=train, download=True)
-        except Exception as err:  # no network, a moved mirror, a full disk: all one message
+        except Exception as err:  # noqa: BLE001 -- no network, a moved mirror, a full disk: all one message
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise DatasetNotFoundError(
                 f"dataset={name}: dataset.download=true could not download into {os.path.abspath(root)} "
@@ -154,7 +154,7 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool) -> tup
         check_files(name, root)
         try:
             ds = cls(root, train=train, download=False)
-        except Exception as err:  # present but corrupt: torchvision's checksum or format checks
+        except Exception as err:  # noqa: BLE001 -- corrupt: checksum, format asserts, unpickling, truncation
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise DatasetNotFoundError(
                 f"dataset={name}: the files under {folder} could not be read ({type(err).__name__}: {first}). "
@@ -270,3 +270,10 @@ def partition_summary(labels: np.ndarray, parts: list[np.ndarray]):
     table.insert(0, "samples", counts.sum(axis=1))
     table.index.name = "client"
     return table
+
+
+def client_partitions(cfg, labels: np.ndarray) -> list[np.ndarray]:
+    """The run's client partitions, from the config alone (the driver and every worker agree)."""
+    d = cfg.dataset
+    return partition(labels, cfg.fl.num_clients, d.partition, d.alpha, cfg.seed, min_size=1,
+                     shards_per_client=d.shards_per_client)

@@ -7,12 +7,30 @@ from compression.index_policy import IndexPolicy
 from compression.topk import topk_count
 
 
+def make_codec(cfg, name: str | None = None) -> compression.Codec:
+    """The configured codec with its options (`compression.options`)."""
+    name = name or cfg.compression.name
+    options = dict(cfg.compression.options) if name == cfg.compression.name else {}
+    return compression.get(name)(cfg.compression.ratio, **options)
+
+
+def linear_codec(cfg) -> compression.Codec | None:
+    """The client codec when it is linear (count sketch): under masking its table itself is masked."""
+    if cfg.compression.client and cfg.compression.name != "none":
+        codec = make_codec(cfg)
+        if getattr(codec, "linear", False):
+            return codec
+    return None
+
+
 def masks(cfg) -> bool:
     return bool(secagg.get(cfg.secagg.name).masks)
 
 
 def shared_k(cfg, length: int) -> int:
     """Positions every client masks: ceil(ratio * length) with client compression, else all."""
+    if linear_codec(cfg) is not None:
+        return 0  # no values at positions: the sketch table carries the update
     if cfg.compression.client and cfg.compression.name != "none":
         return topk_count(length, cfg.compression.ratio)
     return length
@@ -20,7 +38,7 @@ def shared_k(cfg, length: int) -> int:
 
 def make_index_policy(cfg, length: int) -> IndexPolicy | None:
     """The shared index set policy (masking only); None without masking."""
-    if not masks(cfg):
+    if not masks(cfg) or linear_codec(cfg) is not None:
         return None
     c = cfg.compression
     return IndexPolicy(c.index_policy, length, shared_k(cfg, length), cfg.seed, c.sketch_rows,
@@ -29,5 +47,5 @@ def make_index_policy(cfg, length: int) -> IndexPolicy | None:
 
 def broadcast_codec(cfg) -> compression.Codec:
     if cfg.compression.server and cfg.compression.name != "none":
-        return compression.get(cfg.compression.name)(cfg.compression.ratio)
+        return make_codec(cfg)
     return compression.get("none")()

@@ -22,13 +22,14 @@ from tqdm import tqdm
 import secagg
 from fl import environment, seeds
 from fl.config import as_dict, validate
-from fl.data import load_dataset
+from fl.data import client_partitions, load_dataset, partition_summary
 from fl.models import build_model, get_flat, set_flat
-from fl.policy import make_index_policy, masks, shared_k
+from compression.countsketch import SketchAccumulator
+from fl.policy import linear_codec, make_index_policy, masks, shared_k
 from fl.pool import make_pool, pool_size
 from fl.results import RunLog, config_hash
 from fl.server import Broadcaster, MaskedAggregator, PlainAggregator
-from fl.training import evaluate
+from fl.training import as_tensor, evaluate
 
 
 def run(cfg) -> pd.DataFrame:
@@ -44,11 +45,14 @@ def run(cfg) -> pd.DataFrame:
 
     data = load_dataset(cfg.dataset, cfg.seed)
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, data.num_features, data.num_classes).to(cfg.device)
+    model = build_model(cfg.model, data.input_shape, data.num_classes).to(cfg.device)
+    x_test, y_test = as_tensor(data.x_test, cfg.device), as_tensor(data.y_test, cfg.device)  # moved once
     weights = get_flat(model)
     length = len(weights)
     masked = masks(cfg)
     policy = make_index_policy(cfg, length)
+    linear = linear_codec(cfg) if masked else None
+    accumulator = SketchAccumulator(linear, length) if linear is not None else None  # FetchSGD server EF
     k = shared_k(cfg, length) if masked else length
     broadcaster = Broadcaster(cfg, length)
     size = pool_size(cfg)
@@ -60,7 +64,7 @@ def run(cfg) -> pd.DataFrame:
         "client_compression": cfg.compression.client, "server_compression": broadcaster.codec.name != "none",
         "error_feedback": cfg.compression.error_feedback, "secagg": cfg.secagg.name,
         **environment.describe(cfg.device, cfg.backend, size),
-        "index_policy": policy.name if policy is not None else
+        "index_policy": policy.name if policy is not None else "sketch-codec (server top-k)" if linear else
         ("per-client" if cfg.compression.client and cfg.compression.name != "none" else "dense"),
     }
     last_sync: dict[int, int] = {}
@@ -71,6 +75,11 @@ def run(cfg) -> pd.DataFrame:
     pool = make_pool(cfg, cfg_dict)  # Ray start (if needed) and the workers' start-up
     t_setup = time.perf_counter() - t_setup
     log.start(cfg_dict)
+    summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
+    summary.to_csv(log.dir / "partitions.csv")  # per-client sample and class counts, once per run
+    tqdm.write(f"fedsqueeze: {cfg.fl.num_clients} clients ({cfg.dataset.partition}): samples "
+               f"{summary['samples'].min()}-{summary['samples'].max()}, classes per client "
+               f"{summary['classes'].min()}-{summary['classes'].max()}")
     try:
         bar = tqdm(range(cfg.fl.rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
@@ -93,14 +102,14 @@ def run(cfg) -> pd.DataFrame:
             tally = Tally(row, stats, bytes_down)
             if masked:
                 applied = _masked_round(cfg, pool, tally, r, run_id, cohort, by_worker, ref, policy, k, positions,
-                                        weights, last_applied)
+                                        weights, last_applied, accumulator)
                 last_applied = applied
             else:
                 _plain_round(pool, tally, r, length, by_worker, ref, weights)
             t0 = time.perf_counter()
             if r % cfg.fl.eval_every == 0 or r == cfg.fl.rounds - 1:
                 set_flat(model, weights)
-                row["accuracy"], row["loss"] = evaluate(model, data.x_test, data.y_test, cfg.device)
+                row["accuracy"], row["loss"] = evaluate(model, x_test, y_test, cfg.device)
             stats["t_evaluate"] = time.perf_counter() - t0
             row.update(
                 bytes_up=tally.up_payload + tally.up_protocol, bytes_up_payload=tally.up_payload,
@@ -166,14 +175,18 @@ def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weight
 
 
 def _masked_round(cfg, pool, tally: Tally, r: int, run_id: str, cohort: list[int], by_worker, ref, policy,
-                  k: int, positions: np.ndarray, weights: np.ndarray, last_applied: bool) -> bool:
+                  k: int, positions: np.ndarray, weights: np.ndarray, last_applied: bool,
+                  accumulator: SketchAccumulator | None) -> bool:
     """With masking: advertise keys -> share keys -> masked input -> unmask, one call per worker per
     step. Dropouts are injected before each of the last three steps (seeded); a worker that dies drops
     its clients. Returns whether the round was applied (False: aborted below t, model unchanged)."""
     row, stats = tally.row, tally.stats
     session = secagg.session_id(run_id, r, cohort)
-    sketch = policy.sketch(r)
-    cells = sketch.rows * sketch.cols if sketch is not None else 0
+    if accumulator is not None:  # a linear codec: the masked vector is its table
+        sketch, cells = None, accumulator.table.size
+    else:
+        sketch = policy.sketch(r)
+        cells = sketch.rows * sketch.cols if sketch is not None else 0
     agg = MaskedAggregator(cfg, session, cohort, k, cells)
     vanish = np.random.default_rng(np.random.SeedSequence([cfg.seed, r, 17]))
     alive = set(cohort)
@@ -220,15 +233,20 @@ def _masked_round(cfg, pool, tally: Tally, r: int, run_id: str, cohort: list[int
         for cid, msg in call("unmask", lambda w, cs: (request, cs) if cs else None, "unmask"):
             tally.up_protocol += len(msg)
             tally.timed("t_aggregate", agg.add_unmask, msg)
-        values, _, table = tally.timed("t_unmask", agg.result)
+        values, weight, table = tally.timed("t_unmask", agg.result)
     except secagg.RoundAborted as err:  # below t: nothing revealed, nothing applied; the run goes on
         row["aborted"] = True
         tqdm.write(f"round {r}: aborted: {err}")
         applied = False
     else:
         t0 = time.perf_counter()
-        weights[positions] += values
-        policy.observe(r, positions, values, None if table is None else table.reshape(sketch.rows, sketch.cols))
+        if accumulator is not None:  # mean table -> heavy hitters; what is not extracted stays for later
+            accumulator.add(table.reshape(accumulator.table.shape) / weight)
+            positions, values = accumulator.extract()
+            weights[positions] += values
+        else:
+            weights[positions] += values
+            policy.observe(r, positions, values, None if table is None else table.reshape(sketch.rows, sketch.cols))
         stats["t_decode"] += time.perf_counter() - t0
         applied = True
     steps = list(step_started) + ["end"]

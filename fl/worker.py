@@ -26,11 +26,11 @@ from omegaconf import OmegaConf
 import compression
 import secagg
 from fl import wire
-from fl.data import load_dataset, partition
-from fl.models import build_model, get_flat, set_flat
-from fl.policy import make_index_policy
+from fl.data import client_partitions, load_dataset
+from fl.models import build_model, check_device, get_flat, set_flat
+from fl.policy import linear_codec, make_codec, make_index_policy, masks
 from fl.seeds import client_seed
-from fl.training import train_local
+from fl.training import as_tensor, train_local
 
 
 class Worker:
@@ -39,11 +39,15 @@ class Worker:
         self.cfg = OmegaConf.create(cfg)
         self.worker_id = worker_id
         c = self.cfg
-        self.data = load_dataset(c.dataset, c.seed)
-        self.parts = partition(self.data.y_train, c.fl.num_clients, c.dataset.partition, c.dataset.alpha, c.seed)
-        self.mean_samples = len(self.data.y_train) / c.fl.num_clients
+        check_device(c.device)
+        data = load_dataset(c.dataset, c.seed)
+        parts = client_partitions(c, data.y_train)
+        self.mean_samples = len(data.y_train) / c.fl.num_clients
+        # Data and model move to the device once; clients index into the resident tensors.
+        self.x, self.y = as_tensor(data.x_train, c.device), as_tensor(data.y_train, c.device)
+        self.parts = [torch.from_numpy(p).to(c.device) for p in parts]
         torch.manual_seed(c.seed)
-        self.model = build_model(c.model, self.data.num_features, self.data.num_classes).to(c.device)
+        self.model = build_model(c.model, data.input_shape, data.num_classes).to(c.device)
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=c.fl.lr)
         self.length = sum(p.numel() for p in self.model.parameters())
         self.reference = np.zeros(self.length, np.float32)
@@ -52,9 +56,11 @@ class Worker:
         self.residuals: dict[int, np.ndarray] = {}
         self.pending: dict[int, secagg.Client] = {}  # this round's protocol state, per client
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
-        codec_cls = compression.get(c.compression.name)
-        self.client_codec = codec_cls(c.compression.ratio) if c.compression.client else compression.get("none")()
-        self.error_feedback = c.compression.error_feedback and c.compression.client and self.client_codec.biased
+        self.client_codec = make_codec(c) if c.compression.client else compression.get("none")()
+        # Under masking a linear codec (count sketch) masks its table; its error feedback is the server's.
+        self.linear = linear_codec(c) if masks(c) else None
+        self.error_feedback = (c.compression.error_feedback and c.compression.client and self.client_codec.biased
+                               and self.linear is None)
         self.residual_dtype = np.dtype(c.compression.residual_dtype)
         self.policy = make_index_policy(c, self.length)  # public: the worker needs only its sketch hashes
 
@@ -81,7 +87,7 @@ class Worker:
         set_flat(self.model, self.reference)
         seed = client_seed(self.cfg.seed, round, cid)
         torch.manual_seed(seed)
-        x, y = self.data.x_train[self.parts[cid]], self.data.y_train[self.parts[cid]]
+        x, y = self.x[self.parts[cid]], self.y[self.parts[cid]]
         train_local(self.model, self.optimizer, x, y, self.cfg.fl.local_epochs, self.cfg.fl.batch_size, seed,
                     self.cfg.device)
         return get_flat(self.model) - self.reference, len(y)
@@ -172,7 +178,7 @@ class Worker:
         q_values = secagg.FixedPointQuantizer(c.secagg.clip, n_max)
         q_weight = secagg.FixedPointQuantizer(c.secagg.max_weight, n_max)
         q_sketch = secagg.FixedPointQuantizer(c.secagg.sketch_clip, n_max)
-        sketch = self.policy.sketch(round)
+        sketch = self.policy.sketch(round) if self.policy is not None else None
         out = []
         for cid in clients:
             corrected, n = self._client_update(cid, round, t)
@@ -183,15 +189,19 @@ class Worker:
                 self.pending.pop(cid, None)
                 out.append((cid, None))
                 continue
-            qv, sent = q_values.quantize_with_error(corrected[idx] * w, rng)
-            if self.error_feedback or sketch is not None:
-                residual = corrected.copy()
-                residual[idx] -= sent / w  # clipping and rounding error stay in the residual
-                if self.error_feedback:
-                    self.staged[cid] = residual  # kept once the round is applied
-            parts = [qv, q_weight.quantize(np.array([w], np.float32), rng)]
-            if sketch is not None:
-                parts.append(q_sketch.quantize(sketch.sketch(residual).ravel(), rng))
+            parts = [q_weight.quantize(np.array([w], np.float32), rng)]
+            if self.linear is not None:  # count sketch: the weighted update's table is the message
+                parts.append(q_sketch.quantize(self.linear.sketch_table(corrected * w).ravel(), rng))
+            else:
+                qv, sent = q_values.quantize_with_error(corrected[idx] * w, rng)
+                parts.insert(0, qv)
+                if self.error_feedback or sketch is not None:
+                    residual = corrected.copy()
+                    residual[idx] -= sent / w  # clipping and rounding error stay in the residual
+                    if self.error_feedback:
+                        self.staged[cid] = residual  # kept once the round is applied
+                if sketch is not None:
+                    parts.append(q_sketch.quantize(sketch.sketch(residual).ravel(), rng))
             vector = np.concatenate(parts)
             t2 = time.perf_counter()
             try:

@@ -2,9 +2,7 @@
 from __future__ import annotations
 
 import pytest
-
-from fixtures_datasets import (cifar_checksums, digits_as_mnist_arrays, synthetic_images, write_cifar10,
-                               write_mnist)
+from fixtures_datasets import cifar_checksums, digits_as_mnist_arrays, synthetic_images, write_cifar10, write_mnist
 
 
 @pytest.fixture(scope="session")

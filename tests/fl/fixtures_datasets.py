@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+
 def dataset_cfg(name: str, root, **extra):
     """A `dataset` config reading `name` from `root` (no download, no subsampling unless `extra` says so)."""
     from omegaconf import OmegaConf
@@ -87,7 +88,8 @@ def write_cifar10(root: Path, x_train, y_train, x_test, y_test) -> dict[str, str
     blobs = {}
     for i, part in enumerate(np.array_split(np.arange(len(y_train)), 5), start=1):
         blobs[f"data_batch_{i}"] = {"batch_label": f"training batch {i} of 5",
-                                    "data": x_train[part].reshape(len(part), -1), "labels": [int(v) for v in y_train[part]]}
+                                    "data": x_train[part].reshape(len(part), -1),
+                                    "labels": [int(v) for v in y_train[part]]}
     blobs["test_batch"] = {"batch_label": "testing batch 1 of 1", "data": x_test.reshape(len(x_test), -1),
                            "labels": [int(v) for v in y_test]}
     blobs["batches.meta"] = {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",

@@ -63,7 +63,7 @@ def test_run_server_refuses_unknown_keyword():
 @pytest.mark.parametrize("override,match", [
     ("fl.clients_per_round=11", "clients_per_round"),
     ("backend=spark", "backend"),
-    ("dataset.partition=by_writer", "partition"),
+    ("dataset.partition=pathological", "partition"),
     ("compression.index_policy=best", "index_policy"),
     ("secagg.clip=0", "clip"),
 ])

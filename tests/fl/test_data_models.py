@@ -2,10 +2,10 @@
 import numpy as np
 import pytest
 import torch
+from omegaconf import OmegaConf
 
 from fl.data import load_dataset, load_digits, partition, partition_summary
 from fl.models import build_model, get_flat, num_params, set_flat
-from omegaconf import OmegaConf
 
 
 def test_digits_split_is_seeded_stratified_and_standardized_with_train_statistics():

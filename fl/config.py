@@ -221,6 +221,8 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     comp, defaults = c.compression, CompressionConfig()
     if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:
         comp.name = "none"
+    if comp.name != "none" and not getattr(compression.get(comp.name), "uses_ratio", True):
+        comp.ratio = 1.0  # a dense codec (fp16, int8, qsgd) ignores the ratio: one spelling
     if comp.name == "randk" and comp.client and secagg.get(c.secagg.name).masks:
         comp.index_policy = "randk"  # masked rand-k is the public random shared set
     if comp.name == "none" or not (comp.client or comp.server):

@@ -43,6 +43,16 @@ def run(cfg) -> pd.DataFrame:
         print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
         return log.read()
 
+    t_setup = time.perf_counter()
+    pool = make_pool(cfg, cfg_dict)  # Ray start (if needed); the workers start up while the driver loads
+    t_setup = time.perf_counter() - t_setup
+    try:
+        return _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup)
+    finally:
+        pool.close()
+
+
+def _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup) -> pd.DataFrame:
     data = load_dataset(cfg.dataset, cfg.seed)
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes).to(cfg.device)
@@ -71,9 +81,6 @@ def run(cfg) -> pd.DataFrame:
     broadcast_sizes: list[int] = []
     rows = []
     last_applied = True
-    t_setup = time.perf_counter()
-    pool = make_pool(cfg, cfg_dict)  # Ray start (if needed) and the workers' start-up
-    t_setup = time.perf_counter() - t_setup
     log.start(cfg_dict)
     summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
     summary.to_csv(log.dir / "partitions.csv")  # per-client sample and class counts, once per run
@@ -128,7 +135,6 @@ def run(cfg) -> pd.DataFrame:
         log.fail(f"{type(err).__name__}: {err}")  # a crashed cell is recorded beside its rows, never silent
         raise
     finally:
-        pool.close()
         log.close()
     frame = pd.DataFrame(rows)
     log.finish({"run_id": run_id, "rounds": len(rows), "final_accuracy": rows[-1].get("accuracy"),

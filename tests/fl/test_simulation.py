@@ -248,3 +248,11 @@ def test_run_server_keeps_the_older_frameworks_call(tmp_path):
     assert isinstance(rows, pd.DataFrame) and len(rows) == 2
     assert rows["secagg"].iloc[0] == "dh" and rows["compression"].iloc[0] == "topk"
     assert rows["index_policy"].iloc[0] == "randk(sketch fallback)"  # at 0.5 a sketch cannot pay for itself
+
+
+def test_lenet_on_mnist_format_digits_reaches_093_through_the_real_mnist_reader(tmp_path, mnist_digits_root):
+    """The bundled digits written as MNIST IDX files, read by torchvision's MNIST class, trained federated."""
+    rows = run(tmp_path, "dataset=mnist", f"dataset.root={mnist_digits_root}", "model=lenet", "fl.rounds=25",
+               "secagg=none", "compression=none")
+    assert rows["dataset"].iloc[0] == "mnist" and rows["n_params"].iloc[0] == 107_786
+    assert rows["accuracy"].iloc[-1] >= 0.93

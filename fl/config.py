@@ -61,6 +61,7 @@ class CompressionConfig:
     prev_topk_random: float = 0.1   # prev_topk: share of k drawn at random
     residual_dtype: str = "float32"  # float32 | float16: storage of error-feedback residuals between rounds
     options: dict[str, Any] = field(default_factory=dict)  # codec options, e.g. {levels: 8} for qsgd
+    per_layer: bool = False         # select / scale per layer (topk, ternary, qsgd, int8) instead of globally
 
 
 @dataclass
@@ -180,7 +181,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if not f.lr > 0:
         raise ConfigError(f"fl.lr must be > 0, got {f.lr}")
     try:  # the codec accepts its options (a typo'd option name fails here)
-        codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options)
+        extra = {"layout": [1]} if c.compression.per_layer and c.compression.name != "none" else {}
+        codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options, **extra)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"compression {c.compression.name!r}: {err}") from None
     if (secagg.get(c.secagg.name).masks and c.compression.client
@@ -227,7 +229,7 @@ def canonical_settings(c: DictConfig) -> DictConfig:
         comp.index_policy = "randk"  # masked rand-k is the public random shared set
     if comp.name == "none" or not (comp.client or comp.server):
         comp.name, comp.ratio, comp.client, comp.server, comp.error_feedback = "none", 1.0, False, False, False
-        comp.options = {}
+        comp.options, comp.per_layer = {}, False
     if comp.name == "none" or not comp.client or not secagg.get(c.secagg.name).masks:
         for key in ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random"):
             setattr(comp, key, getattr(defaults, key))

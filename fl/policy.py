@@ -7,11 +7,13 @@ from compression.index_policy import IndexPolicy
 from compression.topk import topk_count
 
 
-def make_codec(cfg, name: str | None = None) -> compression.Codec:
-    """The configured codec with its options (`compression.options`)."""
-    name = name or cfg.compression.name
-    options = dict(cfg.compression.options) if name == cfg.compression.name else {}
-    return compression.get(name)(cfg.compression.ratio, **options)
+def make_codec(cfg, layer_sizes: list[int] | None = None) -> compression.Codec:
+    """The configured codec with its options (`compression.options`); with `compression.per_layer`,
+    selection and scales per layer (the model's parameter tensors, in flat-vector order)."""
+    options = dict(cfg.compression.options)
+    if cfg.compression.get("per_layer", False) and layer_sizes is not None:
+        options["layout"] = list(layer_sizes)
+    return compression.get(cfg.compression.name)(cfg.compression.ratio, **options)
 
 
 def linear_codec(cfg) -> compression.Codec | None:
@@ -45,7 +47,7 @@ def make_index_policy(cfg, length: int) -> IndexPolicy | None:
                        c.sketch_cols_per_k, c.prev_topk_random)
 
 
-def broadcast_codec(cfg) -> compression.Codec:
+def broadcast_codec(cfg, layer_sizes: list[int] | None = None) -> compression.Codec:
     if cfg.compression.server and cfg.compression.name != "none":
-        return make_codec(cfg)
+        return make_codec(cfg, layer_sizes)
     return compression.get("none")()

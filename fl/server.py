@@ -14,8 +14,8 @@ class Broadcaster:
     dense model; with server compression, the codec of (global - what clients hold): the part not
     sent stays in that difference, which is server-side error feedback."""
 
-    def __init__(self, cfg, length: int):
-        self.codec = broadcast_codec(cfg)
+    def __init__(self, cfg, length: int, layer_sizes: list[int] | None = None):
+        self.codec = broadcast_codec(cfg, layer_sizes)
         self.dense = compression.get("none")()
         self.length = length
         self.view: np.ndarray | None = None  # the weights every client holds after the last broadcast

@@ -64,7 +64,7 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup) -> pd.DataFrame:
     linear = linear_codec(cfg) if masked else None
     accumulator = SketchAccumulator(linear, length) if linear is not None else None  # FetchSGD server EF
     k = shared_k(cfg, length) if masked else length
-    broadcaster = Broadcaster(cfg, length)
+    broadcaster = Broadcaster(cfg, length, [p.numel() for p in model.parameters()])
     size = pool_size(cfg)
     static = {
         "run_id": run_id, "config_hash": chash, "seed": cfg.seed, "dataset": cfg.dataset.name,

@@ -56,7 +56,8 @@ class Worker:
         self.residuals: dict[int, np.ndarray] = {}
         self.pending: dict[int, secagg.Client] = {}  # this round's protocol state, per client
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
-        self.client_codec = make_codec(c) if c.compression.client else compression.get("none")()
+        layers = [p.numel() for p in self.model.parameters()]
+        self.client_codec = make_codec(c, layers) if c.compression.client else compression.get("none")()
         # Under masking a linear codec (count sketch) masks its table; its error feedback is the server's.
         self.linear = linear_codec(c) if masks(c) else None
         self.error_feedback = (c.compression.error_feedback and c.compression.client and self.client_codec.biased

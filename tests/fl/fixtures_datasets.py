@@ -7,10 +7,8 @@
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import pickle
-import struct
 from pathlib import Path
 
 import numpy as np

@@ -3,8 +3,8 @@ import pathlib
 import re
 import types
 
+import numpy as np
 import pytest
-from omegaconf import OmegaConf
 
 import compression
 import fl
@@ -62,3 +62,26 @@ def test_the_readme_codec_runs_a_whole_simulation(tmp_path, readme_codec):
     assert (rows["compression"] == readme_codec).all() and rows["accuracy"].iloc[-1] > 0.5
     # one bit per parameter plus a scale and the message header: about 1/32 of dense
     assert rows["bytes_up_per_client"].iloc[1] < 4 * rows["n_params"].iloc[0] / 25
+
+
+def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
+    from fl.worker import Worker
+
+    kept = []
+    original = Worker._client_update
+
+    def spy(self, cid, round, t):
+        corrected, n = original(self, cid, round, t)
+        dense = self.client_codec.decode(self.client_codec.encode(corrected), self.length)
+        sizes = [p.numel() for p in self.model.parameters()]
+        kept.append([int((chunk != 0).sum()) for chunk in np.split(dense, np.cumsum(sizes)[:-1])])
+        return corrected, n
+
+    monkeypatch.setattr(Worker, "_client_update", spy)
+    run(tmp_path, "model=mlp_small", "secagg=none", "fl.rounds=1", "compression.per_layer=true", "compression.ratio=0.1")
+    assert kept and all(k == [410, 7, 64, 1] for k in kept)  # ceil(0.1 x size) of 4096, 64, 640, 10 per layer
+
+
+def test_per_layer_is_refused_for_a_codec_without_layers():
+    with pytest.raises(ConfigError, match="layout"):
+        validate(fl.compose(["compression=randk", "secagg=none", "compression.per_layer=true"]))

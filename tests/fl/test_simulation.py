@@ -4,7 +4,6 @@ import pandas as pd
 import pytest
 
 import fl
-import secagg
 from fl import wire
 from fl.results import COLUMNS
 from fl.worker import Worker

@@ -26,6 +26,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from fl.environment import cpu_model
 import pandas as pd
 from cryptography import __version__ as cryptography_version
 
@@ -158,14 +160,7 @@ def plain_sum(config, dropped, seed):
 
 
 def machine() -> str:
-    model = platform.processor() or "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    model = cpu_model()
     return (f"{os.cpu_count()} CPUs (nproc), {model}; Python {platform.python_version()}, numpy {np.__version__}, "
             f"cryptography {cryptography_version}; single-threaded")
 

@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from fl.environment import cpu_model
 import pandas as pd
 
 import compression
@@ -168,14 +170,7 @@ def position_rows(workload, arrays):
 # --- report -------------------------------------------------------------------------------------
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        model = platform.processor() or model
+    model = cpu_model()
     blas = os.environ.get("OPENBLAS_CORETYPE")
     return (f"{os.cpu_count()} CPUs ({model}), Python {platform.python_version()}, numpy {np.__version__}"
             + (f", OPENBLAS_CORETYPE={blas}" if blas else ""))

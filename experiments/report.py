@@ -130,25 +130,32 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
 
 
 def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    label = runs["compression"] + np.where(runs["secagg"] != "none", " + " + runs["secagg"] + " (" + runs["index_policy"].astype(str) + ")", "") \
+    """One panel per model and dataset: every codec's final accuracy against its cumulative upload."""
+    label = runs["compression"] + np.where(runs["secagg"] != "none", " + " + runs["secagg"] + " (" +
+                                           runs["index_policy"].astype(str) + ")", "") \
         + np.where(runs["error_feedback"].astype(bool) | (runs["compression"] == "none"), "", " no EF")
-    for name, g in runs.assign(codec=label).groupby("codec"):
-        s = g.groupby("ratio")[["upload_total_per_client", "final_accuracy"]].mean().sort_values("upload_total_per_client")
-        ax.plot(s["upload_total_per_client"], s["final_accuracy"], marker="o", label=name)
-    ax.set_xscale("log")
-    ax.set_xlabel("cumulative upload per client over the run (bytes)")
-    ax.set_ylabel("final test accuracy")
-    ax.set_title("Accuracy vs. bytes sent, every codec (points: ratios, mean over seeds)")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    runs = runs.assign(codec=label)
+    panels = list(runs.groupby(["dataset", "model"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
+    for ax, ((dataset, model), g) in zip(axes[0], panels):
+        for name, c in g.groupby("codec"):
+            s = c.groupby("ratio")[["upload_total_per_client", "final_accuracy"]].mean().sort_values(
+                "upload_total_per_client")
+            ax.plot(s["upload_total_per_client"], s["final_accuracy"], marker="o", label=name)
+        ax.set_xscale("log")
+        ax.set_title(f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset}", fontsize=9)
+        ax.set_xlabel("cumulative upload per client (bytes)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    axes[0][0].set_ylabel("final test accuracy")
+    fig.suptitle("Accuracy vs. bytes sent, every codec (points: ratios, mean over seeds)")
     fig.tight_layout()
-    fig.savefig(out, dpi=120)
+    fig.savefig(out, dpi=110)
     plt.close(fig)
 
 
 def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
-    g = t_runs.groupby(["model", "compression", "ratio", "secagg"])[STAGES + ["t_round"]].mean()
+    g = t_runs.groupby(["dataset", "model", "compression", "ratio", "secagg"])[STAGES + ["t_round"]].mean()
     g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
     fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 5))
     bottom = np.zeros(len(g))
@@ -156,9 +163,11 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
         ax.bar(range(len(g)), g[stage], bottom=bottom, label=stage.removeprefix("t_"))
         bottom += g[stage].to_numpy()
     ax.set_xticks(range(len(g)))
-    ax.set_xticklabels([f"{m} {c} {r:g} {s}" for m, c, r, s in g.index], rotation=70, ha="right", fontsize=7)
-    ax.set_ylabel("seconds per round (client stages summed over the cohort)")
-    ax.set_title("Where a round's time goes, by stage")
+    ax.set_xticklabels([f"{d} {m} {c} {r:g} {s}" for d, m, c, r, s in g.index], rotation=70, ha="right",
+                       fontsize=7)
+    ax.set_ylabel("seconds per round")
+    ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort; other = the rest of the round)",
+                 fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)

@@ -255,3 +255,12 @@ def test_lenet_on_mnist_format_digits_reaches_093_through_the_real_mnist_reader(
                "secagg=none", "compression=none")
     assert rows["dataset"].iloc[0] == "mnist" and rows["n_params"].iloc[0] == 107_786
     assert rows["accuracy"].iloc[-1] >= 0.93
+
+
+@pytest.mark.parametrize("dataset", ["mnist", "fashion_mnist", "cifar10"])
+@pytest.mark.parametrize("model", ["mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small"])
+def test_every_model_runs_a_federated_round_on_every_dataset(tmp_path, tiny, dataset, model):
+    rows = run(tmp_path, f"dataset={dataset}", f"dataset.root={tiny}", f"model={model}", "fl.rounds=1",
+               "fl.num_clients=3", "fl.clients_per_round=3", "secagg=none", "fl.local_epochs=1")
+    assert rows["n_params"].iloc[0] > 0 and 0 <= rows["accuracy"].iloc[0] <= 1
+    assert rows["bytes_up"].iloc[0] > 0

@@ -17,7 +17,25 @@ def as_tensor(a: np.ndarray | torch.Tensor, device: str | torch.device = "cpu") 
     return torch.from_numpy(np.ascontiguousarray(a)).to(device)
 
 
-def train_local(model: nn.Module, optimizer: torch.optim.Optimizer, x: np.ndarray | torch.Tensor,
+class SGD:
+    """Plain minibatch SGD, p -= lr * grad: what local training needs, without torch.optim, whose first
+    construction imports torch._dynamo (about 2 s per worker process at start-up)."""
+
+    def __init__(self, params, lr: float):
+        self.params, self.lr = [p for p in params if p.requires_grad], float(lr)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for p in self.params:
+            if p.grad is not None:
+                p.add_(p.grad, alpha=-self.lr)
+
+
+def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.ndarray | torch.Tensor,
                 y: np.ndarray | torch.Tensor, epochs: int, batch_size: int, seed: int, device: str = "cpu") -> int:
     """Run `epochs` of minibatch SGD on (x, y); batch order from `seed` alone. Returns samples seen."""
     gen = np.random.default_rng(seed)

@@ -30,7 +30,7 @@ from fl.data import client_partitions, load_dataset
 from fl.models import build_model, check_device, get_flat, set_flat
 from fl.policy import linear_codec, make_codec, make_index_policy, masks
 from fl.seeds import client_seed
-from fl.training import as_tensor, train_local
+from fl.training import SGD, as_tensor, train_local
 
 
 class Worker:
@@ -48,7 +48,7 @@ class Worker:
         self.parts = [torch.from_numpy(p).to(c.device) for p in parts]
         torch.manual_seed(c.seed)
         self.model = build_model(c.model, data.input_shape, data.num_classes).to(c.device)
-        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=c.fl.lr)
+        self.optimizer = SGD(self.model.parameters(), lr=c.fl.lr)
         self.length = sum(p.numel() for p in self.model.parameters())
         self.reference = np.zeros(self.length, np.float32)
         self.synced_round = -1

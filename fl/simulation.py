@@ -3,7 +3,8 @@
 1. sample the cohort (seeded); choose the shared index set when masking;
 2. broadcast: encode the model once, put it in the object store once, count it per receiving client;
 3. without masking: each worker trains its clients and returns their ClientUpdate messages;
-   with masking: advertise keys -> roster -> each worker trains, masks and returns MaskedInputs;
+   with masking: advertise keys -> share keys -> masked input (training happens here) -> unmask, one
+   call per worker per step, with injected dropouts; below t survivors the round aborts;
 4. the server decodes and sums message by message, in client-id order, and applies the mean update;
 5. evaluate on the test split and write the round's row.
 """
@@ -20,11 +21,11 @@ import torch
 from tqdm import tqdm
 
 import secagg
+from compression.countsketch import SketchAccumulator
 from fl import environment, seeds
 from fl.config import as_dict, validate
 from fl.data import client_partitions, load_dataset, partition_summary
 from fl.models import build_model, get_flat, set_flat
-from compression.countsketch import SketchAccumulator
 from fl.policy import linear_codec, make_index_policy, masks, shared_k
 from fl.pool import make_pool, pool_size
 from fl.results import RunLog, config_hash
@@ -129,7 +130,7 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup) -> pd.DataFrame:
             rows.append(row)
             if "accuracy" in row:
                 bar.set_postfix(acc=f"{row['accuracy']:.3f}", up=f"{row['bytes_up'] / 1e6:.2f}MB",
-                                down=f"{bytes_down / 1e6:.2f}MB")
+                                down=f"{tally.down / 1e6:.2f}MB")
         bar.close()
     except BaseException as err:
         log.fail(f"{type(err).__name__}: {err}")  # a crashed cell is recorded beside its rows, never silent

@@ -7,8 +7,8 @@ carries the messages of all the worker's clients of a round, as bytes in and byt
 2. train `local_epochs` on the client's partition, seeded from (root seed, round, client id);
 3. update = local - reference; add the client's error-feedback residual;
 4. without masking: the client's own codec (e.g. top-k) -> ClientUpdate bytes;
-   with masking: the round's shared index set -> weight -> fixed-point -> residual sketch -> mask
-   -> MaskedInput bytes.
+   with masking (four steps: keys, shares, masked input, unmask): the round's shared index set (or a
+   linear codec's table) -> weight -> fixed point -> residual sketch -> mask -> MaskedInput bytes.
 
 Client state kept across rounds (error-feedback residuals) lives here, with the worker that owns the
 client (sticky assignment: client id modulo number of workers).

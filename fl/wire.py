@@ -25,24 +25,28 @@ class WireError(ValueError):
     """A message that cannot be decoded: truncated, altered, of another version, or inconsistent."""
 
 
+# The checksum is field 15 (fixed32), written last: tag byte (15 << 3) | 5, then 4 little-endian bytes.
+_CHECKSUM_TAG = bytes([(15 << 3) | 5])
+
+
 def _seal(msg) -> bytes:
-    """Serialize with a CRC-32 of the rest of the message as the last field (catches truncation and alteration)."""
-    msg.checksum = zlib.crc32(msg.SerializeToString())
-    return msg.SerializeToString()
+    """Serialize, then append the CRC-32 of those bytes as field 15 (catches truncation and alteration).
+    Appending a field is valid protobuf, and the body is serialized only once."""
+    body = msg.SerializeToString()
+    return body + _CHECKSUM_TAG + zlib.crc32(body).to_bytes(4, "little")
 
 
 def _parse(cls, data: bytes, what: str):
+    data = bytes(data)
+    if len(data) < 5 or data[-5:-4] != _CHECKSUM_TAG:
+        raise WireError(f"{what}: no checksum field at the end: truncated ({len(data)} bytes)")
+    if zlib.crc32(memoryview(data)[:-5]) != int.from_bytes(data[-4:], "little"):
+        raise WireError(f"{what}: checksum mismatch ({len(data)} bytes): altered or truncated in transit")
     msg = cls()
     try:
-        msg.ParseFromString(bytes(data))
+        msg.ParseFromString(data)
     except _ProtobufDecodeError as err:
-        raise WireError(f"{what}: malformed or truncated protobuf ({err})") from None
-    if not msg.HasField("checksum"):
-        raise WireError(f"{what}: no checksum field: truncated ({len(data)} bytes)")
-    checksum = msg.checksum
-    msg.ClearField("checksum")
-    if zlib.crc32(msg.SerializeToString()) != checksum:
-        raise WireError(f"{what}: checksum mismatch ({len(data)} bytes): altered or truncated in transit")
+        raise WireError(f"{what}: malformed protobuf ({err})") from None
     if msg.version != VERSION:
         raise WireError(f"{what}: wire version {msg.version}, expected {VERSION}")
     return msg

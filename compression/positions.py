@@ -34,7 +34,7 @@ from fractions import Fraction
 import numpy as np
 
 from .base import NON_FINITE, DecodeError
-from .packing import pack_codes, packed_size, unpack_codes
+from .packing import layer_sizes, pack_codes, packed_size, unpack_codes
 
 __all__ = [
     "topk_count",
@@ -490,3 +490,10 @@ def check_positions(positions, n: int) -> np.ndarray:
     if positions[0] < 0 or positions[-1] >= n or (np.diff(positions) <= 0).any():
         raise ValueError(f"positions must be strictly increasing and in [0, {n})")
     return positions
+
+
+def layered_count(n: int, ratio: float, layout) -> int:
+    """Entries kept of a length-n vector: ceil(ratio x n) globally, or per layer when a layout is given."""
+    if layout is None:
+        return topk_count(n, ratio)
+    return sum(topk_count(size, ratio) for size in layer_sizes(layout, n).tolist())

@@ -19,7 +19,14 @@ from .packing import (
     read_layout,
     unpack_codes,
 )
-from .positions import ENCODING_NAMES, pack_positions, position_sizes, select_topk, topk_count, unpack_positions
+from .positions import (
+    ENCODING_NAMES,
+    layered_count,
+    pack_positions,
+    position_sizes,
+    select_topk,
+    unpack_positions,
+)
 from .registry import register
 
 __all__ = ["TernaryCompression"]
@@ -59,9 +66,8 @@ class TernaryCompression(Codec):
         self.layout = check_layout(layout)
 
     def k_for(self, n: int) -> int:
-        if self.layout is None:
-            return topk_count(n, self.ratio)
-        return sum(topk_count(size, self.ratio) for size in layer_sizes(self.layout, n).tolist())
+        """How many entries a vector of length `n` keeps at this ratio (and layout)."""
+        return layered_count(n, self.ratio, self.layout)
 
     def encode(self, vector: np.ndarray) -> bytes:
         vector = check_vector(vector, finite=False)  # select_topk checks the magnitudes

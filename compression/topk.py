@@ -17,6 +17,7 @@ from .positions import (
     check_positions,
     decode_positions,
     encode_positions,
+    layered_count,
     pack_positions,
     position_sizes,
     select_topk,
@@ -82,9 +83,7 @@ class TopKCompression(Codec):
 
     def k_for(self, n: int) -> int:
         """How many entries a vector of length `n` keeps at this ratio (and layout)."""
-        if self.layout is None:
-            return topk_count(n, self.ratio)
-        return sum(topk_count(size, self.ratio) for size in layer_sizes(self.layout, n).tolist())
+        return layered_count(n, self.ratio, self.layout)
 
     def encode(self, vector: np.ndarray) -> bytes:
         vector = check_vector(vector, finite=False)  # select_topk checks the magnitudes

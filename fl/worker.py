@@ -62,6 +62,7 @@ class Worker:
         self.linear = linear_codec(c) if masks(c) else None
         self.error_feedback = (c.compression.error_feedback and c.compression.client and self.client_codec.biased
                                and self.linear is None)
+        self.feedback = compression.ErrorFeedback(self.client_codec)
         self.residual_dtype = np.dtype(c.compression.residual_dtype)
         self.policy = make_index_policy(c, self.length)  # public: the worker needs only its sketch hashes
 
@@ -93,11 +94,15 @@ class Worker:
                     self.cfg.device)
         return get_flat(self.model) - self.reference, len(y)
 
-    def _client_update(self, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
-        """Train the client; its update plus its error-feedback residual, and its sample count."""
+    def _timed_train(self, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
         t0 = time.perf_counter()
         update, n = self._train(cid, round)
         t["t_train"] += time.perf_counter() - t0
+        return update, n
+
+    def _client_update(self, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
+        """Train the client; its update plus its error-feedback residual, and its sample count."""
+        update, n = self._timed_train(cid, round, t)
         residual = self.residuals.get(cid) if self.error_feedback else None
         return (update if residual is None else update + residual.astype(np.float32)), n
 
@@ -118,15 +123,17 @@ class Worker:
         t["t_sync"] += self.sync(broadcast, round)
         out = []
         for cid in clients:
-            corrected, n = self._client_update(cid, round, t)
+            update, n = self._timed_train(cid, round, t)
             t1 = time.perf_counter()
             try:
-                payload = self.client_codec.encode(corrected)
+                if self.error_feedback:
+                    payload, residual = self.feedback.encode(update, self.residuals.get(cid))
+                    self._keep_residual(cid, residual)
+                else:
+                    payload = self.client_codec.encode(update)
             except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
                 out.append((cid, None))
                 continue
-            if self.error_feedback:
-                self._keep_residual(cid, corrected - self.client_codec.decode(payload, self.length))
             out.append((cid, wire.encode_update(round, cid, self.client_codec.name, self.length, float(n), payload)))
             t["t_encode"] += time.perf_counter() - t1
         t.update(self.stats())

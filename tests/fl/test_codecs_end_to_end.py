@@ -68,7 +68,7 @@ def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
     from fl.worker import Worker
 
     kept = []
-    original = Worker._client_update
+    original = Worker._timed_train
 
     def spy(self, cid, round, t):
         corrected, n = original(self, cid, round, t)
@@ -77,7 +77,7 @@ def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
         kept.append([int((chunk != 0).sum()) for chunk in np.split(dense, np.cumsum(sizes)[:-1])])
         return corrected, n
 
-    monkeypatch.setattr(Worker, "_client_update", spy)
+    monkeypatch.setattr(Worker, "_timed_train", spy)
     run(tmp_path, "model=mlp_small", "secagg=none", "fl.rounds=1", "compression.per_layer=true", "compression.ratio=0.1")
     assert kept and all(k == [410, 7, 64, 1] for k in kept)  # ceil(0.1 x size) of 4096, 64, 640, 10 per layer
 

@@ -42,7 +42,8 @@ class TernaryCompression(Codec):
     or one per layer when `layout` is given (then, as in top-k, each layer keeps ceil(ratio * size)
     of its own entries). Biased: use it with error feedback (STC does).
 
-    Options: layout (None or layer sizes summing to n).
+    Options: layout (None or layer sizes summing to n). Positions are chosen as top-k's default
+    does (sampled bracket, exact threshold: the same k entries as a full partition).
 
     Payload (format version 1), all little-endian:
         uint8   format version (1)
@@ -74,7 +75,7 @@ class TernaryCompression(Codec):
         n = vector.size
         check_encodable_length(n, "ternary", allow_empty=False)
         sizes = layer_sizes(self.layout, n)
-        positions, mask = select_topk(vector, self.ratio, sizes if self.layout is not None else None)
+        positions, mask = select_topk(vector, self.ratio, sizes if self.layout is not None else None, sampled_seed=0)
         kept = vector.take(positions)
         layer = _layer_of(positions, sizes)
         counts = np.bincount(layer, minlength=sizes.size)

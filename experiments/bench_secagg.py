@@ -26,13 +26,12 @@ import time
 from pathlib import Path
 
 import numpy as np
-
-from fl.environment import cpu_model
 import pandas as pd
 from cryptography import __version__ as cryptography_version
 
 import secagg
 from fl import wire
+from fl.environment import cpu_model
 from secagg import shamir
 from secagg.keys import encrypt_shares, generate_keypair, transport_keys
 

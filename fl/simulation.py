@@ -10,6 +10,7 @@
 """
 from __future__ import annotations
 
+import os
 import resource
 import time
 import uuid
@@ -47,10 +48,16 @@ def run(cfg) -> pd.DataFrame:
     t_setup = time.perf_counter()
     pool = make_pool(cfg, cfg_dict)  # Ray start (if needed); the workers start up while the driver loads
     t_setup = time.perf_counter() - t_setup
+    threads = torch.get_num_threads()
+    if cfg.backend == "ray":
+        # The driver gets the cores the workers leave (at least one): its evaluation's extra threads
+        # would otherwise spin on the workers' cores and hold one worker back every round.
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) - pool_size(cfg)))
     try:
         return _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup)
     finally:
         pool.close()
+        torch.set_num_threads(threads)
 
 
 def _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup) -> pd.DataFrame:
@@ -130,7 +137,7 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup) -> pd.DataFrame:
             rows.append(row)
             if "accuracy" in row:
                 bar.set_postfix(acc=f"{row['accuracy']:.3f}", up=f"{row['bytes_up'] / 1e6:.2f}MB",
-                                down=f"{tally.down / 1e6:.2f}MB")
+                                down=f"{tally.down / 1e6:.2f}MB", refresh=False)  # redrawn at most every 0.5 s
         bar.close()
     except BaseException as err:
         log.fail(f"{type(err).__name__}: {err}")  # a crashed cell is recorded beside its rows, never silent

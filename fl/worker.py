@@ -30,7 +30,7 @@ from fl.data import client_partitions, load_dataset
 from fl.models import build_model, check_device, get_flat, set_flat
 from fl.policy import linear_codec, make_codec, make_index_policy, masks
 from fl.seeds import client_seed
-from fl.training import SGD, as_tensor, train_local
+from fl.training import SGD, as_tensor, seed_torch, train_local
 
 
 class Worker:
@@ -88,7 +88,7 @@ class Worker:
     def _train(self, cid: int, round: int) -> tuple[np.ndarray, int]:
         set_flat(self.model, self.reference)
         seed = client_seed(self.cfg.seed, round, cid)
-        torch.manual_seed(seed)
+        seed_torch(seed, self.cfg.device)
         x, y = self.x[self.parts[cid]], self.y[self.parts[cid]]
         train_local(self.model, self.optimizer, x, y, self.cfg.fl.local_epochs, self.cfg.fl.batch_size, seed,
                     self.cfg.device)

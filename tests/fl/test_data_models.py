@@ -109,3 +109,16 @@ def test_set_flat_copies_so_training_never_writes_into_the_source_vector():
         next(model.parameters()).add_(1.0)
     assert flat[0] == 0.0
     np.testing.assert_array_equal(get_flat(model)[8 * 4:], flat[8 * 4:])
+
+
+def test_seed_torch_gives_the_stream_of_torch_manual_seed():
+    """Workers seed each client with seed_torch (no lazy CUDA/XPU seeding); dropout-style randomness must
+    be exactly what torch.manual_seed would give."""
+    from fl.training import seed_torch
+
+    torch.manual_seed(1234)
+    expected = (torch.rand(7), torch.nn.functional.dropout(torch.ones(50), 0.5))
+    torch.manual_seed(99)  # a different state in between
+    seed_torch(1234)
+    got = (torch.rand(7), torch.nn.functional.dropout(torch.ones(50), 0.5))
+    assert all(torch.equal(a, b) for a, b in zip(expected, got))

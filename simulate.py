@@ -3,6 +3,7 @@
 Hydra composes conf/config.yaml with the overrides; fl.run validates it, runs it and writes one
 row per round to <results.dir>/<config_hash>/rounds.csv.
 """
+import gc
 import sys
 import traceback
 
@@ -35,3 +36,6 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     main()
+    # The process ends here: keep its ~300k long-lived objects (torch, Ray, Hydra) out of the final
+    # garbage collection, which took 0.5-1 s of every run's wall time.
+    gc.freeze()

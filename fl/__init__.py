@@ -1,15 +1,26 @@
 """The federated loop: data, models, local training, workers, server, wire and results.
 
 `fl.run_server(...)` keeps the older framework's call; `fl.run(cfg)` runs a composed Hydra config.
+The names below load on first use, so a Ray worker importing `fl.worker` does not pay for pandas
+and Hydra (a third of a second at every worker's start).
 """
-from fl.api import build_config, compose, run_server
 from fl.config import ConfigError
+
+_API = ("build_config", "compose", "run_server")
 
 
 def run(cfg):
     from fl.simulation import run as _run
 
     return _run(cfg)
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import fl.api
+
+        return getattr(fl.api, name)
+    raise AttributeError(f"module 'fl' has no attribute {name!r}")
 
 
 __all__ = ["run", "run_server", "build_config", "compose", "ConfigError"]

@@ -18,6 +18,11 @@ class InlinePool:
     def __init__(self, cfg_dict: dict, size: int):
         self.workers = [Worker(cfg_dict, i) for i in range(size)]
 
+    def attach(self, data) -> None:
+        """Give every worker the run's dataset (the same arrays: nothing is copied)."""
+        for worker in self.workers:
+            worker.attach(data)
+
     def put(self, data):
         return data
 
@@ -56,8 +61,15 @@ class RayPool:
             self._started = True
         self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(Worker)
         self._cfg = cfg_dict
-        self.workers = [self._actor.remote(cfg_dict, i) for i in range(size)]
+        self.workers = [self._actor.remote(cfg_dict, i) for i in range(size)]  # start up in the background
         self.dead: set[int] = set()
+        self._data = None
+
+    def attach(self, data) -> None:
+        """Put the run's dataset in the object store once and give it to every worker (each reads the
+        same shared-memory copy; none loads the data itself). Waits until every worker is ready."""
+        self._data = self._ray.put(data)
+        self._ray.get([w.attach.remote(self._data) for w in self.workers])
 
     def put(self, data):
         """A handle every worker's call can take: small data as is, large data as one object-store copy."""
@@ -81,6 +93,8 @@ class RayPool:
         """Replace dead actors with fresh ones (the clients they held lose their state, as a device would)."""
         for w in sorted(self.dead):
             self.workers[w] = self._actor.remote(self._cfg, w)
+            if self._data is not None:
+                self.workers[w].attach.remote(self._data)  # runs before any later call to this actor
         self.dead.clear()
 
     def close(self) -> None:
@@ -88,7 +102,28 @@ class RayPool:
             self._ray.kill(w)
         self.workers = []
         if self._started:
+            _stop_autoscaler_monitor(self._ray)
             self._ray.shutdown()
+
+
+def _stop_autoscaler_monitor(ray) -> None:
+    """End the autoscaler monitor that our ray.init started, by its PID, before ray.shutdown.
+
+    ray.shutdown stops the GCS first and then sends the monitor SIGTERM; the monitor's handler then
+    tries to report to the stopped GCS and is killed only after a 1 s grace period: a second of every
+    run's wall time. A local, fixed-size cluster has nothing for the monitor to do, so it is stopped
+    first. Ray keeps the process handle in a private attribute: if that changes, nothing is done here.
+    """
+    try:
+        node = ray._private.worker._global_node
+        monitors = node.all_processes.get("monitor", []) if node is not None else []
+    except AttributeError:
+        return
+    for info in monitors:
+        process = info.process
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
 
 
 def make_pool(cfg, cfg_dict: dict):

@@ -14,6 +14,7 @@ import os
 import resource
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
 
 import numpy as np
@@ -45,23 +46,27 @@ def run(cfg) -> pd.DataFrame:
         print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
         return log.read()
 
-    t_setup = time.perf_counter()
-    pool = make_pool(cfg, cfg_dict)  # Ray start (if needed); the workers start up while the driver loads
-    t_setup = time.perf_counter() - t_setup
+    t_setup = time.perf_counter()  # pool start to workers ready: round 0's extra cost
+    # The data loads in a thread while Ray starts (most of ray.init is waiting on its processes), once:
+    # the workers share the driver's copy. Then the workers, already importing torch, receive it.
+    with ThreadPoolExecutor(1, thread_name_prefix="fedsqueeze-load") as loader:
+        loading = loader.submit(load_dataset, cfg.dataset, cfg.seed)
+        pool = make_pool(cfg, cfg_dict)
     threads = torch.get_num_threads()
     if cfg.backend == "ray":
         # The driver gets the cores the workers leave (at least one): its evaluation's extra threads
         # would otherwise spin on the workers' cores and hold one worker back every round.
         torch.set_num_threads(max(1, (os.cpu_count() or 1) - pool_size(cfg)))
     try:
-        return _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup)
+        data = loading.result()  # a loading error is raised here, and the pool still closes
+        pool.attach(data)
+        return _run(cfg, cfg_dict, chash, run_id, log, pool, data, time.perf_counter() - t_setup)
     finally:
         pool.close()
         torch.set_num_threads(threads)
 
 
-def _run(cfg, cfg_dict, chash, run_id, log, pool, t_setup) -> pd.DataFrame:
-    data = load_dataset(cfg.dataset, cfg.seed)
+def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame:
     torch.manual_seed(cfg.seed)
     model = build_model(cfg.model, data.input_shape, data.num_classes).to(cfg.device)
     x_test, y_test = as_tensor(data.x_test, cfg.device), as_tensor(data.y_test, cfg.device)  # moved once

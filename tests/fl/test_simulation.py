@@ -202,9 +202,12 @@ def test_secaggplus_runs_end_to_end_with_dropouts(tmp_path):
 def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
     from fl.pool import RayPool
 
-    cfg = fl.config.as_dict(fl.config.validate(fl.compose(["model=mlp_small"])))
-    pool = RayPool(cfg, 2, None, 1.0, 0.0)
+    from fl.data import load_dataset
+
+    config = fl.config.validate(fl.compose(["model=mlp_small"]))
+    pool = RayPool(fl.config.as_dict(config), 2, None, 1.0, 0.0)
     try:
+        pool.attach(load_dataset(config.dataset, config.seed))
         ray_session.kill(pool.workers[0])
         replies = pool.call("stats", {0: (), 1: ()})
         assert replies[0] is None and replies[1]["state_bytes"] == 0

@@ -5,6 +5,7 @@ One call per worker per exchange, each carrying all of that worker's clients; ne
 from __future__ import annotations
 
 import os
+from typing import Iterator
 
 from fl.worker import Worker
 
@@ -27,6 +28,10 @@ class InlinePool:
         return data
 
     def call(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        return {w: getattr(self.workers[w], method)(*args) for w, args in args_per_worker.items()}
+
+    def stream(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, Iterator]:
+        """Per worker, the items its generator `method` yields (run lazily, as they are asked for)."""
         return {w: getattr(self.workers[w], method)(*args) for w, args in args_per_worker.items()}
 
     def revive(self) -> None:
@@ -55,8 +60,9 @@ class RayPool:
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
-            local = {} if address else {"num_cpus": os.cpu_count(),
-                                        "_system_config": {"max_direct_call_object_size": DIRECT_OBJECT_BYTES, "worker_niceness": 0}}
+            # worker_niceness 0: Ray's default (15) let any driver activity hold a worker back each round
+            system = {"max_direct_call_object_size": DIRECT_OBJECT_BYTES, "worker_niceness": 0}
+            local = {} if address else {"num_cpus": os.cpu_count(), "_system_config": system}
             ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
             self._started = True
         self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(Worker)
@@ -88,6 +94,21 @@ class RayPool:
                 self.dead.add(w)
                 out[w] = None
         return out
+
+    def stream(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, Iterator]:
+        """Per worker, the items its generator `method` yields, as they arrive (Ray streaming generators:
+        each item travels as soon as the worker yields it). A worker whose actor dies yields None and
+        stops (its remaining clients count as dropped)."""
+        generators = {w: getattr(self.workers[w], method).remote(*args) for w, args in args_per_worker.items()}
+        return {w: self._items(w, generator) for w, generator in generators.items()}
+
+    def _items(self, w: int, generator) -> Iterator:
+        try:
+            for ref in generator:
+                yield self._ray.get(ref)
+        except self._ray.exceptions.RayActorError:
+            self.dead.add(w)
+            yield None
 
     def revive(self) -> None:
         """Replace dead actors with fresh ones (the clients they held lose their state, as a device would)."""

@@ -173,12 +173,33 @@ class Tally:
 
 
 def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weights: np.ndarray) -> None:
-    """Without masking: each client's own codec; the server decodes and sums message by message."""
-    replies = pool.call("plain_round", {w: (ref, r, c) for w, c in by_worker.items()})
+    """Without masking: each client's own codec; the server decodes and sums message by message, in
+    client-id order (so the sum does not depend on the pool), while the workers still train: each
+    worker streams its clients' messages in chunks, and the next client's message is taken from its
+    worker's stream when the sum reaches it."""
+    streams = pool.stream("plain_round_stream", {w: (ref, r, c) for w, c in by_worker.items()})
+    owner = {cid: w for w, clients in by_worker.items() for cid in clients}
+    ready: dict[int, dict] = {w: {} for w in streams}
+    open_streams = set(streams)
+
+    def pull(w: int) -> None:
+        item = next(streams[w], None)
+        if isinstance(item, list):
+            ready[w].update(item)
+            return
+        open_streams.discard(w)  # exhausted, died (None), or its closing timings
+        if isinstance(item, dict):
+            _add_stats(tally.stats, item)
+
     agg = PlainAggregator(r, length)
-    messages, dead = _in_client_order(replies, tally.stats, by_worker)
-    tally.row["dropped"] += len(dead)
-    for cid, msg in messages:
+    for cid in sorted(owner):
+        w = owner[cid]
+        while cid not in ready[w] and w in open_streams:
+            pull(w)
+        if cid not in ready[w]:  # its worker died before sending it
+            tally.row["dropped"] += 1
+            continue
+        msg = ready[w].pop(cid)
         if msg is None:
             tally.row["rejected"] += 1
             continue
@@ -188,6 +209,9 @@ def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weight
         except ValueError as err:  # malformed or non-finite: rejected, never aggregated
             tally.row["rejected"] += 1
             tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
+    for w in list(open_streams):  # the closing timings
+        while w in open_streams:
+            pull(w)
     update = agg.result()
     if update is not None:
         weights += update
@@ -287,9 +311,14 @@ def _in_client_order(replies: dict, stats: dict, by_worker: dict):
             continue
         out, worker_stats = reply
         messages.extend(out)
-        for key, value in worker_stats.items():  # peaks: the largest worker's; everything else adds up
-            stats[key] = max(stats[key], value) if key.endswith("_peak_mb") else stats[key] + value
+        _add_stats(stats, worker_stats)
     return sorted(messages, key=lambda m: m[0]), dead
+
+
+def _add_stats(stats: dict, worker_stats: dict) -> None:
+    """Peaks: the largest worker's; everything else adds up."""
+    for key, value in worker_stats.items():
+        stats[key] = max(stats[key], value) if key.endswith("_peak_mb") else stats[key] + value
 
 
 def _broadcast_bytes(cohort, r, size, sizes, last_sync) -> int:

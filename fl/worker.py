@@ -135,9 +135,22 @@ class Worker:
 
     def plain_round(self, broadcast: bytes, round: int, clients: list[int]):
         """Train each client and return [(client id, ClientUpdate bytes or None if rejected)], timings."""
+        out, stats = [], {}
+        for item in self.plain_round_stream(broadcast, round, clients, chunk_bytes=None):
+            if isinstance(item, dict):
+                stats = item
+            else:
+                out.extend(item)
+        return out, stats
+
+    def plain_round_stream(self, broadcast: bytes, round: int, clients: list[int],
+                           chunk_bytes: int | None = 4 << 20):
+        """As `plain_round`, but yielding the messages as they are ready, in chunks of about `chunk_bytes`
+        (None: one chunk at the end), then the timings dict. The server sums a client's update while
+        this worker trains the next ones, and never holds all of a worker's messages at once."""
         t = defaultdict(float)
         t["t_sync"] += self.sync(broadcast, round)
-        out = []
+        chunk, size = [], 0
         for cid in clients:
             update, n = self._timed_train(cid, round, t)
             t1 = time.perf_counter()
@@ -147,13 +160,19 @@ class Worker:
                     self._keep_residual(cid, residual)
                 else:
                     payload = self.client_codec.encode(update)
+                message = wire.encode_update(round, cid, self.client_codec.name, self.length, float(n), payload)
             except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
-                out.append((cid, None))
-                continue
-            out.append((cid, wire.encode_update(round, cid, self.client_codec.name, self.length, float(n), payload)))
+                message = None
             t["t_encode"] += time.perf_counter() - t1
+            chunk.append((cid, message))
+            size += len(message) if message is not None else 0
+            if chunk_bytes is not None and size >= chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
         t.update(self.stats())
-        return out, dict(t)
+        yield dict(t)
 
     # --- with masking: advertise keys -> share keys -> masked input -> unmask --------------------
 

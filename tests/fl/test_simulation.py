@@ -211,6 +211,9 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
         ray_session.kill(pool.workers[0])
         replies = pool.call("stats", {0: (), 1: ()})
         assert replies[0] is None and replies[1]["state_bytes"] == 0
+        pool.dead.clear()
+        streamed = pool.stream("plain_round_stream", {0: (b"", 0, [0])})  # a streaming call to the dead actor
+        assert list(streamed[0]) == [None] and pool.dead == {0}
         pool.revive()
         assert pool.call("stats", {0: ()})[0] is not None
     finally:
@@ -267,3 +270,24 @@ def test_every_model_runs_a_federated_round_on_every_dataset(tmp_path, tiny, dat
                "fl.num_clients=3", "fl.clients_per_round=3", "secagg=none", "fl.local_epochs=1")
     assert rows["n_params"].iloc[0] > 0 and 0 <= rows["accuracy"].iloc[0] <= 1
     assert rows["bytes_up"].iloc[0] > 0
+
+
+def test_a_worker_streams_its_messages_in_chunks_then_its_timings_and_plain_round_is_the_same():
+    from fl.config import as_dict, validate
+    from fl.data import load_dataset
+    from fl.server import Broadcaster
+
+    config = validate(fl.compose(["model=mlp_small", "fl.num_clients=6", "fl.clients_per_round=6"]))
+    data = load_dataset(config.dataset, config.seed)
+    workers = [Worker(as_dict(config)) for _ in range(2)]
+    length = workers[0].attach(data)
+    workers[1].attach(data)
+    broadcast = Broadcaster(config, length).encode(0, np.zeros(length, np.float32))
+    first = workers[0].plain_round(broadcast, 0, [0])[0][0][1]
+    message_size = len(first)
+    items = list(workers[1].plain_round_stream(broadcast, 0, [0, 2, 4], chunk_bytes=2 * message_size))
+    assert [len(chunk) for chunk in items[:-1]] == [2, 1] and isinstance(items[-1], dict)
+    assert items[-1]["t_train"] > 0
+    streamed = [m for chunk in items[:-1] for m in chunk]
+    assert [cid for cid, _ in streamed] == [0, 2, 4]
+    assert streamed[0][1] == first  # the same bytes either way

@@ -7,16 +7,20 @@ Each cell runs in its own process (clean memory figures, a fresh Ray start) on d
 (one per core). round_s is the median wall time of rounds 2..R; train_s the local-training seconds inside
 it (summed over clients, divided by the number of workers, which train in parallel); overhead_share =
 1 - train_s / round_s is the framework's own share; first_round_s = pool start (Ray included) + round 1;
-run_s = the whole fl.run call; peak_mb = the driver's peak RSS plus each worker's (ru_maxrss);
+run_s = the whole fl.run call (Ray start and shutdown included); process_s = the cell's whole process
+(Python start, imports, fl.run, exit); peak_mb = the driver's peak RSS plus each worker's (ru_maxrss);
 state_mb_per_client = error-feedback residuals kept between rounds, per client that has one.
+command_s = median wall of `python simulate.py` with the cell's settings, start to exit (N = 10 only).
 """
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -42,14 +46,32 @@ def cells(quick: bool):
                "extra": "compression.ratio=0.1 compression.residual_dtype=float16"}
 
 
+def overrides_for(cell: dict, rounds: int, results_dir: str) -> list[str]:
+    n = cell["clients"]
+    return [f"model={cell['model']}", f"secagg={cell['secagg']}", f"compression={cell['compression']}",
+            f"fl.num_clients={n}", f"fl.clients_per_round={n}", f"fl.rounds={rounds}", "backend=ray",
+            f"results.dir={results_dir}", f"seed={int(time.time() * 1e6) % 100000}",  # never a cached run
+            *cell.get("extra", "").split()]
+
+
+def command_seconds(cell: dict, rounds: int, reps: int = 3) -> float:
+    """Median wall of `python simulate.py <the cell's settings>`, process start to exit."""
+    walls = []
+    for _ in range(reps):
+        time.sleep(3)  # let the previous run's Ray processes finish exiting: one run at a time, as a user would
+        with tempfile.TemporaryDirectory() as tmp:
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, "simulate.py", *overrides_for(cell, rounds, tmp)], check=True,
+                           capture_output=True, text=True)
+            walls.append(time.perf_counter() - t0)
+    return sorted(walls)[len(walls) // 2]
+
+
 def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
     import fl
 
     n = cell["clients"]
-    overrides = [f"model={cell['model']}", f"secagg={cell['secagg']}", f"compression={cell['compression']}",
-                 f"fl.num_clients={n}", f"fl.clients_per_round={n}", f"fl.rounds={rounds}", "backend=ray",
-                 f"results.dir={results_dir}", f"seed={int(time.time() * 1e6) % 100000}",  # never a cached run
-                 *cell.get("extra", "").split()]
+    overrides = overrides_for(cell, rounds, results_dir)
     t0 = time.perf_counter()
     rows = fl.run(fl.compose(overrides))
     run_s = time.perf_counter() - t0
@@ -78,18 +100,25 @@ def main(argv=None) -> pd.DataFrame:
         import tempfile
 
         with tempfile.TemporaryDirectory() as tmp:
-            print(json.dumps(run_cell(json.loads(args.cell), args.rounds, tmp)))
+            print(json.dumps(run_cell(json.loads(args.cell), args.rounds, tmp)), flush=True)
+        gc.freeze()  # as simulate.py does: no final collection of the process's objects at exit
         return None
     out_rows = []
+    started, load = time.perf_counter(), os.getloadavg()
     for cell in cells(args.quick):
         rounds = args.rounds if cell["clients"] < 1000 else 3
         cmd = [sys.executable, "-m", "experiments.bench_sim", "--cell", json.dumps(cell), "--rounds", str(rounds)]
         try:
+            t0 = time.perf_counter()
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+            process_s = time.perf_counter() - t0
             if done.returncode != 0:
                 raise RuntimeError(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "failed")
             row = json.loads(done.stdout.strip().splitlines()[-1])
-        except (subprocess.TimeoutExpired, RuntimeError) as err:
+            row["process_s"] = process_s
+            if cell["clients"] == 10:
+                row["command_s"] = command_seconds(cell, rounds)
+        except (subprocess.TimeoutExpired, RuntimeError, subprocess.CalledProcessError) as err:
             row = dict(cell, skipped=f"{type(err).__name__}: {err}"[:200])
         print(row, flush=True)
         out_rows.append(row)
@@ -98,13 +127,48 @@ def main(argv=None) -> pd.DataFrame:
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out.with_suffix(".csv"), index=False)
     cpu = cpu_model()
-    md = ["# Simulation speed and memory", "", f"Regenerate: `python -m experiments.bench_sim{' --quick' if args.quick else ''}`",
-          "", f"Machine: {os.cpu_count()} cores, {cpu}; Ray workers, one per core; digits.", "",
-          __doc__.split("\n\n", 2)[2].strip(), "",
+    command = "python -m experiments.bench_sim" + (" --quick" if args.quick else "")
+    md = ["# Simulation speed and memory", "", f"Regenerate: `{command}` ({time.perf_counter() - started:.0f} s here)",
+          "", f"Machine: {os.cpu_count()} cores, {cpu}; Ray workers, one per core; digits. Load average "
+          f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: other jobs share this machine, so "
+          "expect about ±20% between runs.", "",
+          __doc__.split("\n\n", 2)[2].strip(), "", *goals(table), "",
           table.to_markdown(index=False, floatfmt=".3f")]
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return table
+
+
+def goals(table: pd.DataFrame) -> list[str]:
+    """The issue's goals against this run's figures."""
+    def pick(**where):
+        rows = table
+        for key, value in where.items():
+            rows = rows[rows[key] == value]
+        return rows.iloc[0] if len(rows) else None
+
+    verdict = lambda ok: "met" if ok else "**missed**"  # noqa: E731
+    lines = ["## Goals", "", "| goal | measured | |", "|---|---|---|"]
+    n50 = pick(clients=50, model="mlp_small", secagg="none", compression="none")
+    if n50 is not None and "round_s" in n50 and pd.notna(n50.round_s):
+        lines.append(f"| N = 50, small MLP, no secagg: steady round <= 0.06 s | {n50.round_s:.3f} s | "
+                     f"{verdict(n50.round_s <= 0.06)} |")
+        lines.append(f"| ... framework's share of the round <= 25% | {n50.overhead_share:.0%} (training "
+                     f"{n50.train_s:.3f} s of {n50.round_s:.3f} s) | {verdict(n50.overhead_share <= 0.25)} |")
+    big = table[(table.clients == 1000) & table.get("peak_mb", pd.Series(dtype=float)).notna()] \
+        if "peak_mb" in table else table.iloc[0:0]
+    if len(big):
+        worst = big.loc[big.peak_mb.idxmax()]
+        lines.append(f"| N = 1000 completes rounds, peak memory < 4 GB | {len(big)} cells completed; largest peak "
+                     f"{worst.peak_mb / 1024:.2f} GB ({worst.model}, {worst.secagg}, {worst.compression}) | "
+                     f"{verdict(big.peak_mb.max() < 4096)} |")
+    n10 = pick(clients=10, model="mlp_small", secagg="none", compression="none")
+    if n10 is not None and "command_s" in n10 and pd.notna(n10.command_s):
+        lines.append(f"| N = 10, 5 rounds, Ray start included: <= 8 s wall | `python simulate.py` start to exit "
+                     f"{n10.command_s:.1f} s (median of 3; fl.run alone {n10.run_s:.1f} s, of which Ray start "
+                     f"and worker start-up {n10.first_round_s:.1f} s to the end of round 1) | "
+                     f"{verdict(n10.command_s <= 8)} |")
+    return lines
 
 
 if __name__ == "__main__":

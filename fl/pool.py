@@ -60,8 +60,11 @@ class RayPool:
         self._ray = ray
         self._started = False
         if not ray.is_initialized():
-            # worker_niceness 0: Ray's default (15) let any driver activity hold a worker back each round
-            system = {"max_direct_call_object_size": DIRECT_OBJECT_BYTES, "worker_niceness": 0}
+            # worker_niceness 0: Ray's default (15) let any driver activity hold a worker back each round.
+            # preload: Ray's worker processes import fl.worker (torch: ~1.3 s) while Ray is still
+            # starting, instead of after it (paired runs: the 5-round run's wall 0.1-0.9 s shorter).
+            system = {"max_direct_call_object_size": DIRECT_OBJECT_BYTES, "worker_niceness": 0,
+                      "preload_python_modules": ["fl.worker"]}
             local = {} if address else {"num_cpus": os.cpu_count(), "_system_config": system}
             ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
             self._started = True

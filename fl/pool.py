@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from fl import raystart
 from fl.worker import Worker
 
 
@@ -41,11 +42,6 @@ class InlinePool:
         self.workers = []
 
 
-# Objects up to this size travel inside the call or its reply instead of through the shared-memory
-# object store (Ray's own default is 100 KiB). A round's reply carries one worker's client messages
-# (mlp_small, 50 clients: 2 x 480 KB); through the store each cost ~2 ms more per round, a tenth of the
-# training time (measured with experiments/bench_sim.py). Set only when this pool starts Ray.
-DIRECT_OBJECT_BYTES = 4 << 20
 # A broadcast up to this size is sent inside each worker's call; larger ones are put in the object
 # store once and read by every worker.
 INLINE_BROADCAST_BYTES = 256 << 10
@@ -58,16 +54,7 @@ class RayPool:
         import ray
 
         self._ray = ray
-        self._started = False
-        if not ray.is_initialized():
-            # worker_niceness 0: Ray's default (15) let any driver activity hold a worker back each round.
-            # preload: Ray's worker processes import fl.worker (torch: ~1.3 s) while Ray is still
-            # starting, instead of after it (paired runs: the 5-round run's wall 0.1-0.9 s shorter).
-            system = {"max_direct_call_object_size": DIRECT_OBJECT_BYTES, "worker_niceness": 0,
-                      "preload_python_modules": ["fl.worker"]}
-            local = {} if address else {"num_cpus": os.cpu_count(), "_system_config": system}
-            ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
-            self._started = True
+        self._started = raystart.start(address)  # ours to shut down only if fl started it
         self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(Worker)
         self._cfg = cfg_dict
         self.workers = [self._actor.remote(cfg_dict, i) for i in range(size)]  # start up in the background
@@ -126,28 +113,7 @@ class RayPool:
             self._ray.kill(w)
         self.workers = []
         if self._started:
-            _stop_autoscaler_monitor(self._ray)
-            self._ray.shutdown()
-
-
-def _stop_autoscaler_monitor(ray) -> None:
-    """End the autoscaler monitor that our ray.init started, by its PID, before ray.shutdown.
-
-    ray.shutdown stops the GCS first and then sends the monitor SIGTERM; the monitor's handler then
-    tries to report to the stopped GCS and is killed only after a 1 s grace period: a second of every
-    run's wall time. A local, fixed-size cluster has nothing for the monitor to do, so it is stopped
-    first. Ray keeps the process handle in a private attribute: if that changes, nothing is done here.
-    """
-    try:
-        node = ray._private.worker._global_node
-        monitors = node.all_processes.get("monitor", []) if node is not None else []
-    except AttributeError:
-        return
-    for info in monitors:
-        process = info.process
-        if process.poll() is None:
-            process.kill()
-            process.wait(timeout=5)
+            raystart.stop()
 
 
 def make_pool(cfg, cfg_dict: dict):

@@ -46,9 +46,9 @@ def run(cfg) -> pd.DataFrame:
         print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
         return log.read()
 
-    t_setup = time.perf_counter()  # pool start to workers ready: round 0's extra cost
-    # The data loads in a thread while Ray starts (most of ray.init is waiting on its processes), once:
-    # the workers share the driver's copy. Then the workers, already importing torch, receive it.
+    t_setup = time.perf_counter()  # pool start (Ray's included) to workers ready: round 0's extra cost
+    # The data loads once, in a thread while Ray and the workers start (much of ray.init is waiting on
+    # its processes); the workers, which import torch meanwhile, then share the driver's copy.
     with ThreadPoolExecutor(1, thread_name_prefix="fedsqueeze-load") as loader:
         loading = loader.submit(load_dataset, cfg.dataset, cfg.seed)
         pool = make_pool(cfg, cfg_dict)

@@ -1,4 +1,6 @@
 """End to end on the bundled digits data: accuracy, bytes, backends, reruns, crashes and bad updates."""
+import time
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -209,6 +211,12 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
     try:
         pool.attach(load_dataset(config.dataset, config.seed))
         ray_session.kill(pool.workers[0])
+        for _ in range(200):  # ray.kill is asynchronous: wait until the actor is really gone
+            try:
+                ray_session.get(pool.workers[0].stats.remote())
+            except ray_session.exceptions.RayActorError:
+                break
+            time.sleep(0.05)
         replies = pool.call("stats", {0: (), 1: ()})
         assert replies[0] is None and replies[1]["state_bytes"] == 0
         pool.dead.clear()

@@ -202,9 +202,8 @@ def test_secaggplus_runs_end_to_end_with_dropouts(tmp_path):
 
 
 def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
-    from fl.pool import RayPool
-
     from fl.data import load_dataset
+    from fl.pool import RayPool
 
     config = fl.config.validate(fl.compose(["model=mlp_small"]))
     pool = RayPool(fl.config.as_dict(config), 2, None, 1.0, 0.0)

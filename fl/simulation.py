@@ -32,6 +32,7 @@ from fl.policy import linear_codec, make_index_policy, masks, shared_k
 from fl.pool import make_pool, pool_size
 from fl.results import RunLog, config_hash
 from fl.server import Broadcaster, MaskedAggregator, PlainAggregator
+from fl.worker import CHUNK_BYTES
 from fl.training import as_tensor, evaluate
 
 
@@ -177,7 +178,13 @@ def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weight
     client-id order (so the sum does not depend on the pool), while the workers still train: each
     worker streams its clients' messages in chunks, and the next client's message is taken from its
     worker's stream when the sum reaches it."""
-    streams = pool.stream("plain_round_stream", {w: (ref, r, c) for w, c in by_worker.items()})
+    # A worker's reply, bounded by dense messages (4 bytes an entry; top-k's bitmap at ratio near 1 adds n/8).
+    largest = max(len(c) for c in by_worker.values()) * (4.125 * length + 256)
+    if largest <= CHUNK_BYTES:  # one chunk per worker anyway: a plain call costs ~1.5 ms less than a stream
+        replies = pool.call("plain_round", {w: (ref, r, c) for w, c in by_worker.items()})
+        streams = {w: iter([None] if reply is None else reply) for w, reply in replies.items()}
+    else:
+        streams = pool.stream("plain_round_stream", {w: (ref, r, c, CHUNK_BYTES) for w, c in by_worker.items()})
     owner = {cid: w for w, clients in by_worker.items() for cid in clients}
     ready: dict[int, dict] = {w: {} for w in streams}
     open_streams = set(streams)

@@ -110,6 +110,19 @@ def test_one_or_two_workers_and_two_runs_give_identical_results(tmp_path):
         np.testing.assert_array_equal(one["bytes_up"], other["bytes_up"])
 
 
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_streamed_replies_in_small_chunks_give_the_same_results_as_one_reply(tmp_path, monkeypatch, backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    whole = small(tmp_path / "whole", "secagg=none", backend=backend)
+    import fl.simulation
+
+    monkeypatch.setattr(fl.simulation, "CHUNK_BYTES", 30_000)  # a few mlp_small messages per chunk
+    chunked = small(tmp_path / "chunked", "secagg=none", backend=backend)
+    for column in ("accuracy", "loss", "bytes_up", "bytes_down", "rejected", "dropped"):
+        np.testing.assert_array_equal(whole[column], chunked[column])
+
+
 def test_partial_participation_counts_catch_up_bytes_for_clients_that_missed_broadcasts(tmp_path, recorded):
     rows = small(tmp_path, "fl.num_clients=8", "fl.clients_per_round=3", "fl.rounds=4")
     assert (rows["bytes_down"] >= 3 * pd.Series(recorded["encode_broadcast"])).all()

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 import numbers
+import struct
 import zlib
 from typing import ClassVar
 
 import numpy as np
 
-__all__ = ["Codec", "DecodeError", "check_vector", "check_ratio", "check_length", "check_seed", "input_seed"]
+__all__ = ["Codec", "DecodeError", "check_vector", "check_ratio", "check_length", "check_seed", "input_seed",
+           "read_header", "check_payload_length"]
 
 
 class DecodeError(ValueError):
@@ -59,6 +61,22 @@ def check_length(length) -> int:
     if isinstance(length, bool) or not isinstance(length, numbers.Integral) or length < 0:
         raise ValueError(f"length must be a non-negative integer, got {length!r}")
     return int(length)
+
+
+def read_header(what: str, payload: bytes, header: struct.Struct, version: int) -> tuple:
+    """A payload's header fields, once it is known to hold a whole header of format `version` (its first field)."""
+    if len(payload) < header.size:
+        raise DecodeError(f"{what} payload truncated: expected at least {header.size} bytes, got {len(payload)}")
+    fields = header.unpack_from(payload)
+    if fields[0] != version:
+        raise DecodeError(f"unsupported {what} format version {fields[0]} (expected {version})")
+    return fields
+
+
+def check_payload_length(what: str, n: int, length: int) -> None:
+    """The vector length a payload declares must be the one the receiver asked for."""
+    if n != length:
+        raise DecodeError(f"{what} payload is for length {n}, but length {length} was requested")
 
 
 def check_seed(seed) -> int | None:

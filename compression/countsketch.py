@@ -23,7 +23,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_seed, check_vector
+from .base import Codec, DecodeError, check_length, check_payload_length, check_seed, check_vector, read_header
 from .packing import check_encodable_length, check_total
 from .positions import topk_positions
 from .registry import register
@@ -180,14 +180,8 @@ class CountSketchCompression(Codec):
 
     def _read(self, payload: bytes, length: int) -> tuple[tuple[int, int, int, int, int], np.ndarray]:
         length = check_length(length)
-        if len(payload) < _HEADER.size:
-            raise DecodeError(f"countsketch payload truncated: expected at least {_HEADER.size} bytes, "
-                              f"got {len(payload)}")
-        version, n, rows, cols, k, seed = _HEADER.unpack_from(payload)
-        if version != VERSION:
-            raise DecodeError(f"unsupported countsketch format version {version} (expected {VERSION})")
-        if n != length:
-            raise DecodeError(f"countsketch payload is for length {n}, but length {length} was requested")
+        _, n, rows, cols, k, seed = read_header("countsketch", payload, _HEADER, VERSION)
+        check_payload_length("countsketch", n, length)
         if not 1 <= rows <= _MAX_ROWS:
             raise DecodeError(f"countsketch rows={rows} out of range [1, {_MAX_ROWS}]")
         if not 1 <= cols <= n:

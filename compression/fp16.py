@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_vector
+from .base import Codec, DecodeError, check_length, check_payload_length, check_vector, read_header
 from .packing import check_encodable_length, check_total
 from .registry import register
 
@@ -45,13 +45,8 @@ class Float16Compression(Codec):
 
     def decode(self, payload: bytes, length: int) -> np.ndarray:
         length = check_length(length)
-        if len(payload) < _HEADER.size:
-            raise DecodeError(f"fp16 payload truncated: expected at least {_HEADER.size} bytes, got {len(payload)}")
-        version, n = _HEADER.unpack_from(payload)
-        if version != VERSION:
-            raise DecodeError(f"unsupported fp16 format version {version} (expected {VERSION})")
-        if n != length:
-            raise DecodeError(f"fp16 payload is for length {n}, but length {length} was requested")
+        _, n = read_header("fp16", payload, _HEADER, VERSION)
+        check_payload_length("fp16", n, length)
         check_total("fp16", len(payload), self.size(n))
         values = np.frombuffer(payload, dtype="<f2", count=n, offset=_HEADER.size).astype(np.float32)
         if not np.isfinite(values).all():

@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_vector
+from .base import Codec, DecodeError, check_length, check_payload_length, check_vector, read_header
 from .packing import (
     check_encodable_length,
     check_layout,
@@ -72,13 +72,8 @@ class Int8Compression(Codec):
 
     def decode(self, payload: bytes, length: int) -> np.ndarray:
         length = check_length(length)
-        if len(payload) < _HEADER.size:
-            raise DecodeError(f"int8 payload truncated: expected at least {_HEADER.size} bytes, got {len(payload)}")
-        version, n = _HEADER.unpack_from(payload)
-        if version != VERSION:
-            raise DecodeError(f"unsupported int8 format version {version} (expected {VERSION})")
-        if n != length:
-            raise DecodeError(f"int8 payload is for length {n}, but length {length} was requested")
+        _, n = read_header("int8", payload, _HEADER, VERSION)
+        check_payload_length("int8", n, length)
         sizes, _, offset = read_layout(payload, _HEADER.size, n, "int8")
         check_total("int8", len(payload), offset + 4 * sizes.size + n)
         scales = np.frombuffer(payload, dtype="<f4", count=sizes.size, offset=offset).astype(np.float32)

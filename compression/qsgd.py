@@ -6,7 +6,16 @@ import struct
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_seed, check_vector, input_seed
+from .base import (
+    Codec,
+    DecodeError,
+    check_length,
+    check_payload_length,
+    check_seed,
+    check_vector,
+    input_seed,
+    read_header,
+)
 from .packing import (
     check_encodable_length,
     check_layout,
@@ -94,13 +103,8 @@ class QSGDCompression(Codec):
 
     def decode(self, payload: bytes, length: int) -> np.ndarray:
         length = check_length(length)
-        if len(payload) < _HEADER.size:
-            raise DecodeError(f"qsgd payload truncated: expected at least {_HEADER.size} bytes, got {len(payload)}")
-        version, n, s = _HEADER.unpack_from(payload)
-        if version != VERSION:
-            raise DecodeError(f"unsupported qsgd format version {version} (expected {VERSION})")
-        if n != length:
-            raise DecodeError(f"qsgd payload is for length {n}, but length {length} was requested")
+        _, n, s = read_header("qsgd", payload, _HEADER, VERSION)
+        check_payload_length("qsgd", n, length)
         if not 1 <= s <= MAX_LEVELS:
             raise DecodeError(f"qsgd levels {s} out of range [1, {MAX_LEVELS}]")
         sizes, _, offset = read_layout(payload, _HEADER.size, n, "qsgd")

@@ -6,7 +6,16 @@ import struct
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_seed, check_vector, input_seed
+from .base import (
+    Codec,
+    DecodeError,
+    check_length,
+    check_payload_length,
+    check_seed,
+    check_vector,
+    input_seed,
+    read_header,
+)
 from .packing import check_encodable_length, check_total
 from .positions import topk_count
 from .registry import register
@@ -99,15 +108,10 @@ class RandKCompression(Codec):
     def decode_sparse(self, payload: bytes, length: int) -> tuple[np.ndarray, np.ndarray]:
         """(sorted int64 positions, float32 values as decoded, i.e. scaled if unbiased)."""
         length = check_length(length)
-        if len(payload) < _HEADER.size:
-            raise DecodeError(f"randk payload truncated: expected at least {_HEADER.size} bytes, got {len(payload)}")
-        version, flags, n, k, seed = _HEADER.unpack_from(payload)
-        if version != VERSION:
-            raise DecodeError(f"unsupported randk format version {version} (expected {VERSION})")
+        _, flags, n, k, seed = read_header("randk", payload, _HEADER, VERSION)
         if flags & ~_UNBIASED:
             raise DecodeError(f"randk flags {flags:#04x} have unknown bits set")
-        if n != length:
-            raise DecodeError(f"randk payload is for length {n}, but length {length} was requested")
+        check_payload_length("randk", n, length)
         if not 1 <= k <= n:
             raise DecodeError(f"randk k={k} out of range [1, {n}]")
         check_total("randk", len(payload), _HEADER.size + 4 * k)

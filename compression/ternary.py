@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_vector
+from .base import Codec, DecodeError, check_length, check_payload_length, check_vector, read_header
 from .packing import (
     check_encodable_length,
     check_layout,
@@ -88,13 +88,8 @@ class TernaryCompression(Codec):
 
     def decode(self, payload: bytes, length: int) -> np.ndarray:
         length = check_length(length)
-        if len(payload) < _HEADER.size:
-            raise DecodeError(f"ternary payload truncated: expected at least {_HEADER.size} bytes, got {len(payload)}")
-        version, n, k = _HEADER.unpack_from(payload)
-        if version != VERSION:
-            raise DecodeError(f"unsupported ternary format version {version} (expected {VERSION})")
-        if n != length:
-            raise DecodeError(f"ternary payload is for length {n}, but length {length} was requested")
+        _, n, k = read_header("ternary", payload, _HEADER, VERSION)
+        check_payload_length("ternary", n, length)
         if not 1 <= k <= n:
             raise DecodeError(f"ternary k={k} out of range [1, {n}]")
         sizes, _, offset = read_layout(payload, _HEADER.size, n, "ternary")

@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_seed, check_vector
+from .base import Codec, DecodeError, check_length, check_payload_length, check_seed, check_vector, read_header
 from .packing import check_encodable_length, check_layout, check_total, layer_sizes
 from .positions import (
     BITMAP,
@@ -125,8 +125,7 @@ class TopKCompression(Codec):
         """Positions and a read-only little-endian view of the values, all checked."""
         length = check_length(length)
         encoding, n, k = _read_header(payload)
-        if n != length:
-            raise DecodeError(f"topk payload is for length {n}, but length {length} was requested")
+        check_payload_length("topk", n, length)
         if not 1 <= k <= n:
             raise DecodeError(f"topk k={k} out of range [1, {n}]")
         data = np.frombuffer(payload, dtype=np.uint8, offset=_HEADER.size)
@@ -164,11 +163,7 @@ class TopKCompression(Codec):
 
 
 def _read_header(payload: bytes) -> tuple[int, int, int]:
-    if len(payload) < _HEADER.size:
-        raise DecodeError(f"topk payload truncated: expected at least {_HEADER.size} bytes, got {len(payload)}")
-    version, encoding, n, k = _HEADER.unpack_from(payload)
-    if version != VERSION:
-        raise DecodeError(f"unsupported topk format version {version} (expected {VERSION})")
+    _, encoding, n, k = read_header("topk", payload, _HEADER, VERSION)
     if encoding >= len(ENCODING_NAMES):
         raise DecodeError(f"unknown topk position encoding {encoding}")
     return encoding, n, k

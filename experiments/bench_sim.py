@@ -97,8 +97,6 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--cell", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.cell:  # child process: one cell, result as JSON on the last line
-        import tempfile
-
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(run_cell(json.loads(args.cell), args.rounds, tmp)), flush=True)
         gc.freeze()  # as simulate.py does: no final collection of the process's objects at exit

@@ -14,8 +14,8 @@ import os
 import resource
 import time
 import uuid
-from concurrent.futures import ThreadPoolExecutor
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -32,8 +32,8 @@ from fl.policy import linear_codec, make_index_policy, masks, shared_k
 from fl.pool import make_pool, pool_size
 from fl.results import RunLog, config_hash
 from fl.server import Broadcaster, MaskedAggregator, PlainAggregator
-from fl.worker import CHUNK_BYTES
 from fl.training import as_tensor, evaluate
+from fl.worker import CHUNK_BYTES
 
 
 def run(cfg) -> pd.DataFrame:
@@ -175,9 +175,9 @@ class Tally:
 
 def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weights: np.ndarray) -> None:
     """Without masking: each client's own codec; the server decodes and sums message by message, in
-    client-id order (so the sum does not depend on the pool), while the workers still train: each
-    worker streams its clients' messages in chunks, and the next client's message is taken from its
-    worker's stream when the sum reaches it."""
+    client-id order (so the sum does not depend on the pool), taking the next client's message from
+    its worker's replies when the sum reaches it. A worker whose messages can exceed one chunk streams
+    them in chunks, so the server sums while the workers still train; otherwise one reply each."""
     # A worker's reply, bounded by dense messages (4 bytes an entry; top-k's bitmap at ratio near 1 adds n/8).
     largest = max(len(c) for c in by_worker.values()) * (4.125 * length + 256)
     if largest <= CHUNK_BYTES:  # one chunk per worker anyway: a plain call costs ~1.5 ms less than a stream

@@ -11,7 +11,7 @@ _API = ("build_config", "compose", "run_server")
 
 def run(cfg):
     """Validate and run one configuration; returns its per-round rows (a pandas DataFrame)."""
-    from fl.simulation import run as _run
+    from fl.launch import run as _run
 
     return _run(cfg)
 

@@ -59,7 +59,7 @@ def run_server(mask_protocol: str = "DHProtocol", compression_protocol: str = "T
                server_with_compression: bool = True, client_with_compression: bool = True,
                compress_ratio: float = 0.5, **other_config: Any) -> pd.DataFrame:
     """Run one simulation with the seed framework's switches; returns its per-round rows."""
-    from fl.simulation import run
+    from fl.launch import run
 
     return run(build_config(mask_protocol, compression_protocol, server_with_compression,
                             client_with_compression, compress_ratio, **other_config))

@@ -13,9 +13,7 @@ from __future__ import annotations
 import os
 import resource
 import time
-import uuid
 from collections import defaultdict
-from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pandas as pd
@@ -25,34 +23,22 @@ from tqdm import tqdm
 import secagg
 from compression.countsketch import SketchAccumulator
 from fl import environment, seeds
-from fl.config import as_dict, validate
-from fl.data import client_partitions, load_dataset, partition_summary
+from fl.data import client_partitions, partition_summary
 from fl.models import build_model, get_flat, set_flat
 from fl.policy import linear_codec, make_index_policy, masks, shared_k
 from fl.pool import make_pool, pool_size
-from fl.results import RunLog, config_hash
+from fl.results import RunLog
 from fl.server import Broadcaster, MaskedAggregator, PlainAggregator
 from fl.training import as_tensor, evaluate
 from fl.worker import CHUNK_BYTES
 
 
-def run(cfg) -> pd.DataFrame:
-    """Validate, run (or skip, if this configuration already finished) and return the per-round rows."""
-    cfg = validate(cfg)
-    cfg_dict = as_dict(cfg)
-    chash = config_hash(cfg_dict)
-    run_id = uuid.uuid4().hex[:12]
-    log = RunLog(cfg.results.dir, chash, run_id)
-    if log.finished():
-        print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
-        return log.read()
-
-    t_setup = time.perf_counter()  # pool start (Ray's included) to workers ready: round 0's extra cost
-    # The data loads once, in a thread while Ray and the workers start (much of ray.init is waiting on
-    # its processes); the workers, which import torch meanwhile, then share the driver's copy.
-    with ThreadPoolExecutor(1, thread_name_prefix="fedsqueeze-load") as loader:
-        loading = loader.submit(load_dataset, cfg.dataset, cfg.seed)
-        pool = make_pool(cfg, cfg_dict)
+def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loading) -> pd.DataFrame:
+    """Run a validated configuration that has no finished rows (fl.launch.run checks both) and return
+    its per-round rows. `t_start` is when the run began starting up (Ray's start included); `loading`
+    is the future of its dataset, loading in a thread while the pool's workers start."""
+    run_id = log.run_id
+    pool = make_pool(cfg, cfg_dict)
     threads = torch.get_num_threads()
     if cfg.backend == "ray":
         # The driver gets the cores the workers leave (at least one): its evaluation's extra threads
@@ -61,7 +47,7 @@ def run(cfg) -> pd.DataFrame:
     try:
         data = loading.result()  # a loading error is raised here, and the pool still closes
         pool.attach(data)
-        return _run(cfg, cfg_dict, chash, run_id, log, pool, data, time.perf_counter() - t_setup)
+        return _run(cfg, cfg_dict, chash, run_id, log, pool, data, time.perf_counter() - t_start)
     finally:
         pool.close()
         torch.set_num_threads(threads)

@@ -1,0 +1,52 @@
+"""Starting a run: refuse a bad configuration, skip a finished one, and start Ray while torch loads.
+
+This module imports neither torch nor the training loop. Ray's start (2.2-3.6 s here, much of it
+waiting on the processes it spawns) begins at once, while a thread imports torch (1.3 s on one
+core) and loads the dataset; Ray's prestarted workers import torch as soon as Ray is up. Before,
+the driver imported torch first and Ray started after it: `python simulate.py` with N = 10 and
+5 rounds took 7.8 s (median of 6) and 6.9 s this way, measured interleaved on this machine.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+
+from fl import raystart
+from fl.config import as_dict, validate
+from fl.results import RunLog, config_hash
+
+
+def run(cfg) -> pd.DataFrame:
+    """Validate, run (or skip, if this configuration already finished) and return the per-round rows."""
+    cfg = validate(cfg)
+    cfg_dict = as_dict(cfg)
+    chash = config_hash(cfg_dict)
+    log = RunLog(cfg.results.dir, chash, uuid.uuid4().hex[:12])
+    if log.finished():
+        print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
+        return log.read()
+
+    t_start = time.perf_counter()  # Ray's start to the workers' readiness: round 0's extra cost
+    with ThreadPoolExecutor(1, thread_name_prefix="fedsqueeze-load") as loader:
+        loading = loader.submit(_prepare, cfg)
+        try:
+            if cfg.backend == "ray":
+                raystart.start(cfg.ray.address)  # the pool uses this Ray; stopped by the pool, or below on an error
+            from fl.simulation import simulate
+
+            return simulate(cfg, cfg_dict, chash, log, t_start, loading)
+        finally:
+            if cfg.backend == "ray":
+                raystart.stop()  # nothing if the pool stopped it already, or if Ray was the caller's
+
+
+def _prepare(cfg):
+    """While Ray starts: import the training loop (torch), then load the dataset. Importing torch
+    here rather than after ray.init took another 0.2 s off the median wall in the measurement above."""
+    import fl.simulation  # noqa: F401  (the main thread's import then finds it loaded)
+    from fl.data import load_dataset
+
+    return load_dataset(cfg.dataset, cfg.seed)

@@ -60,4 +60,4 @@ def test_the_inline_backend_starts_no_ray_and_gets_the_dataset_loaded_meanwhile(
     rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=1",
                               "secagg=none"]))
     assert fake_ray.calls == [] and len(rows) == 1
-    assert rows["accuracy"].iloc[0] > 0.4  # one round of mlp_small on digits: 0.58 with seed 3, chance is 0.1
+    assert rows["accuracy"].iloc[0] > 0.4  # one round of mlp_small on digits: 0.59 here, chance is 0.1

@@ -11,12 +11,14 @@ from __future__ import annotations
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from fl import raystart
 from fl.config import as_dict, validate
 from fl.results import RunLog, config_hash
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def run(cfg) -> pd.DataFrame:

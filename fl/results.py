@@ -10,8 +10,10 @@ import csv
 import hashlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas loads when rows are read: fl.launch starts Ray before it (0.2 s)
+    import pandas as pd
 
 # Keys that say how a run executes, not what it computes: they do not change the config hash.
 EXECUTION_KEYS = ("backend", "ray", "results")
@@ -46,6 +48,8 @@ class RunLog:
         return self.done_path.exists() and self.path.exists()
 
     def read(self) -> pd.DataFrame:
+        import pandas as pd
+
         return pd.read_csv(self.path)
 
     def start(self, cfg_dict: dict) -> None:

@@ -4,7 +4,7 @@ This module imports neither torch nor the training loop. Ray's start (2.2-3.6 s 
 waiting on the processes it spawns) begins at once, while a thread imports torch (1.3 s on one
 core) and loads the dataset; Ray's prestarted workers import torch as soon as Ray is up. Before,
 the driver imported torch first and Ray started after it: `python simulate.py` with N = 10 and
-5 rounds took 7.8 s (median of 6) and 6.9 s this way, measured interleaved on this machine.
+5 rounds took 7.8 s (median of 6) and 6.9 s this way (7.2 s in a second set), measured interleaved.
 """
 from __future__ import annotations
 

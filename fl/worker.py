@@ -218,6 +218,19 @@ class Worker:
 
     def masked_round(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int]):
         """Step 3: train, select the shared index set, quantize, sketch, mask; returns [(id, MaskedInput bytes)]."""
+        out, stats = [], {}
+        for item in self.masked_round_stream(broadcast, round, bundles, clients, chunk_bytes=None):
+            if isinstance(item, dict):
+                stats = item
+            else:
+                out.extend(item)
+        return out, stats
+
+    def masked_round_stream(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
+                            chunk_bytes: int | None = CHUNK_BYTES):
+        """As `masked_round`, but yielding the messages in chunks of about `chunk_bytes` as they are
+        ready, then the timings dict: the server adds them into its masked sum while this worker
+        trains the next clients, and never holds all of a worker's masked vectors at once."""
         c = self.cfg
         t = defaultdict(float)
         t["t_sync"] += self.sync(broadcast, round)
@@ -227,8 +240,11 @@ class Worker:
         q_weight = secagg.FixedPointQuantizer(c.secagg.max_weight, n_max)
         q_sketch = secagg.FixedPointQuantizer(c.secagg.sketch_clip, n_max)
         sketch = self.policy.sketch(round) if self.policy is not None else None
-        out = []
+        out, size = [], 0
         for cid in clients:
+            if chunk_bytes is not None and size >= chunk_bytes:
+                yield out
+                out, size = [], 0
             corrected, n = self._client_update(cid, round, t)
             t1 = time.perf_counter()
             rng = np.random.default_rng(client_seed(c.seed, round, cid) ^ 0x5EC)
@@ -254,15 +270,19 @@ class Worker:
             t2 = time.perf_counter()
             try:
                 bundle = wire.decode_share_bundle(bundles[cid])
-                out.append((cid, wire.encode_masked(self.pending[cid].masked_input(bundle, vector))))
+                message = wire.encode_masked(self.pending[cid].masked_input(bundle, vector))
+                out.append((cid, message))
+                size += len(message)
             except (secagg.ProtocolError, KeyError, wire.WireError):
                 self.pending.pop(cid, None)
                 self.staged.pop(cid, None)
                 out.append((cid, None))
             t["t_encode"] += t2 - t1
             t["t_mask"] += time.perf_counter() - t2
+        if out:
+            yield out
         t.update(self.stats())
-        return out, dict(t)
+        yield dict(t)
 
     def unmask(self, request: bytes, clients: list[int]):
         """Step 4: shares of b for survivors, of the mask key for dropped clients; the round ends here."""

@@ -101,26 +101,48 @@ def test_bytes_are_the_lengths_of_the_serialized_messages_without_masking(tmp_pa
     assert rows["bytes_up_per_client"].iloc[0] < 4 * n * 0.15  # top-k 0.1: values + positions + header
 
 
-def test_one_or_two_workers_and_two_runs_give_identical_results(tmp_path):
-    one = small(tmp_path / "a", "ray.num_workers=1", "dataset.partition=dirichlet", "secagg=none")
-    two = small(tmp_path / "b", "ray.num_workers=2", "dataset.partition=dirichlet", "secagg=none")
-    again = small(tmp_path / "c", "ray.num_workers=2", "dataset.partition=dirichlet", "secagg=none")
+@pytest.mark.parametrize("secagg", [("secagg=none",),
+                                    # masked, with clients dropping at every step: which secrets are recovered
+                                    # and which messages are sent depend on the SecAgg+ graph of each round
+                                    ("secagg=secaggplus", "fl.num_clients=12", "fl.clients_per_round=12",
+                                     "secagg.dropout=0.1")])
+def test_one_or_two_workers_and_two_runs_give_identical_results(tmp_path, secagg):
+    one = small(tmp_path / "a", "ray.num_workers=1", "dataset.partition=dirichlet", *secagg)
+    two = small(tmp_path / "b", "ray.num_workers=2", "dataset.partition=dirichlet", *secagg)
+    again = small(tmp_path / "c", "ray.num_workers=2", "dataset.partition=dirichlet", *secagg)
     for other in (two, again):
-        np.testing.assert_array_equal(one["accuracy"], other["accuracy"])
-        np.testing.assert_array_equal(one["bytes_up"], other["bytes_up"])
+        for column in ("accuracy", "loss", "bytes_up", "bytes_down", "dropped", "aborted"):
+            np.testing.assert_array_equal(one[column], other[column])
+    if "secagg.dropout=0.1" in secagg:
+        assert one["dropped"].sum() > 0 and not one["aborted"].all()
 
 
 @pytest.mark.parametrize("backend", ["inline", "ray"])
-def test_streamed_replies_in_small_chunks_give_the_same_results_as_one_reply(tmp_path, monkeypatch, backend, request):
+@pytest.mark.parametrize("secagg", ["none", "dh"])
+def test_streamed_replies_in_small_chunks_give_the_same_results_as_one_reply(tmp_path, monkeypatch, backend, secagg,
+                                                                            request):
     if backend == "ray":
         request.getfixturevalue("ray_session")
-    whole = small(tmp_path / "whole", "secagg=none", backend=backend)
+    import fl.pool
     import fl.simulation
 
-    monkeypatch.setattr(fl.simulation, "CHUNK_BYTES", 30_000)  # a few mlp_small messages per chunk
-    chunked = small(tmp_path / "chunked", "secagg=none", backend=backend)
+    streamed = []
+    for cls in (fl.pool.InlinePool, fl.pool.RayPool):
+        original = cls.stream
+        monkeypatch.setattr(cls, "stream", lambda self, method, args, _o=original: streamed.append(method) or
+                            _o(self, method, args))
+    # with dh, 10% of the clients drop at each step: lost messages in the middle of a stream
+    settings = (f"secagg={secagg}", "secagg.dropout=0.1") if secagg == "dh" else ("secagg=none",)
+    whole = small(tmp_path / "whole", *settings, backend=backend)
+    assert streamed == []  # mlp_small's messages fit one chunk
+    # about two messages per chunk: mlp_small's dense updates are 19 KB, its masked top-k vectors 10 KB
+    monkeypatch.setattr(fl.simulation, "CHUNK_BYTES", 30_000 if secagg == "none" else 15_000)
+    chunked = small(tmp_path / "chunked", *settings, backend=backend)
+    assert streamed == 3 * ["masked_round_stream" if secagg == "dh" else "plain_round_stream"]  # one a round
     for column in ("accuracy", "loss", "bytes_up", "bytes_down", "rejected", "dropped"):
         np.testing.assert_array_equal(whole[column], chunked[column])
+    if secagg == "dh":
+        assert whole["dropped"].sum() > 0 and not whole["aborted"].all()
 
 
 def test_partial_participation_counts_catch_up_bytes_for_clients_that_missed_broadcasts(tmp_path, recorded):

@@ -46,9 +46,13 @@ class Worker:
 
     def __init__(self, cfg: dict, worker_id: int = 0):
         torch.set_num_threads(1)  # one core per worker; also makes results independent of the pool size
-        self.cfg = OmegaConf.create(cfg)
+        self.cfg = c = OmegaConf.create(cfg)
         self.worker_id = worker_id
-        check_device(self.cfg.device)
+        check_device(c.device)
+        # Read for every client, so kept as plain values: an OmegaConf lookup costs 8-18 us here, and these
+        # were 1.5 ms of each worker's 22 ms round with 25 clients (counted as training until then).
+        self.seed, self.device = int(c.seed), str(c.device)
+        self.local_epochs, self.batch_size = int(c.fl.local_epochs), int(c.fl.batch_size)
         self.model = None
 
     def attach(self, data: Dataset) -> int:
@@ -108,11 +112,10 @@ class Worker:
 
     def _train(self, cid: int, round: int) -> tuple[np.ndarray, int]:
         set_flat(self.model, self.reference)
-        seed = client_seed(self.cfg.seed, round, cid)
-        seed_torch(seed, self.cfg.device)
+        seed = client_seed(self.seed, round, cid)
+        seed_torch(seed, self.device)
         x, y = self.x[self.parts[cid]], self.y[self.parts[cid]]
-        train_local(self.model, self.optimizer, x, y, self.cfg.fl.local_epochs, self.cfg.fl.batch_size, seed,
-                    self.cfg.device)
+        train_local(self.model, self.optimizer, x, y, self.local_epochs, self.batch_size, seed, self.device)
         return get_flat(self.model) - self.reference, len(y)
 
     def _timed_train(self, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
@@ -240,6 +243,7 @@ class Worker:
         q_weight = secagg.FixedPointQuantizer(c.secagg.max_weight, n_max)
         q_sketch = secagg.FixedPointQuantizer(c.secagg.sketch_clip, n_max)
         sketch = self.policy.sketch(round) if self.policy is not None else None
+        max_weight = float(c.secagg.max_weight)
         out, size = [], 0
         for cid in clients:
             if chunk_bytes is not None and size >= chunk_bytes:
@@ -247,8 +251,8 @@ class Worker:
                 out, size = [], 0
             corrected, n = self._client_update(cid, round, t)
             t1 = time.perf_counter()
-            rng = np.random.default_rng(client_seed(c.seed, round, cid) ^ 0x5EC)
-            w = min(n / self.mean_samples, float(c.secagg.max_weight))
+            rng = np.random.default_rng(client_seed(self.seed, round, cid) ^ 0x5EC)
+            w = min(n / self.mean_samples, max_weight)
             if not np.isfinite(corrected).all():  # NaN/Inf: nothing is sent; the round goes on without it
                 self.pending.pop(cid, None)
                 out.append((cid, None))

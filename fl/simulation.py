@@ -24,7 +24,7 @@ import secagg
 from compression.countsketch import SketchAccumulator
 from fl import environment, seeds
 from fl.data import client_partitions, partition_summary
-from fl.models import build_model, get_flat, set_flat
+from fl.models import build_model, flatten_parameters, get_flat, set_flat
 from fl.policy import linear_codec, make_index_policy, masks, shared_k
 from fl.pool import make_pool, pool_size
 from fl.results import RunLog
@@ -55,7 +55,7 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
 
 def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame:
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, data.input_shape, data.num_classes).to(cfg.device)
+    model = flatten_parameters(build_model(cfg.model, data.input_shape, data.num_classes).to(cfg.device))
     x_test, y_test = as_tensor(data.x_test, cfg.device), as_tensor(data.y_test, cfg.device)  # moved once
     weights = get_flat(model)
     length = len(weights)

@@ -29,7 +29,7 @@ import compression
 import secagg
 from fl import wire
 from fl.data import Dataset, client_partitions
-from fl.models import build_model, check_device, get_flat, set_flat
+from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
 from fl.policy import linear_codec, make_codec, make_index_policy, masks
 from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, seed_torch, train_local
@@ -67,7 +67,7 @@ class Worker:
             self.x, self.y = as_tensor(data.x_train, c.device), as_tensor(data.y_train, c.device)
         self.parts = [torch.from_numpy(p).to(c.device) for p in parts]
         torch.manual_seed(c.seed)
-        self.model = build_model(c.model, data.input_shape, data.num_classes).to(c.device)
+        self.model = flatten_parameters(build_model(c.model, data.input_shape, data.num_classes).to(c.device))
         self.optimizer = SGD(self.model.parameters(), lr=c.fl.lr)
         self.length = sum(p.numel() for p in self.model.parameters())
         self.reference = np.zeros(self.length, np.float32)

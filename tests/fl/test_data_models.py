@@ -5,7 +5,7 @@ import torch
 from omegaconf import OmegaConf
 
 from fl.data import load_dataset, load_digits, partition, partition_summary
-from fl.models import build_model, get_flat, num_params, set_flat
+from fl.models import build_model, flatten_parameters, get_flat, num_params, set_flat
 
 
 def test_digits_split_is_seeded_stratified_and_standardized_with_train_statistics():
@@ -101,14 +101,61 @@ def test_model_sizes(name, hidden, low, high):
     assert low <= num_params(model) <= high
 
 
-def test_set_flat_copies_so_training_never_writes_into_the_source_vector():
+@pytest.mark.parametrize("flat_views", [False, True])
+def test_set_flat_copies_so_training_never_writes_into_the_source_vector(flat_views):
     model = build_model(OmegaConf.create({"name": "mlp_small", "hidden": [8]}), 4, 3)
+    if flat_views:
+        flatten_parameters(model)
     flat = np.arange(num_params(model), dtype=np.float32)
     set_flat(model, flat)
     with torch.no_grad():
         next(model.parameters()).add_(1.0)
     assert flat[0] == 0.0
-    np.testing.assert_array_equal(get_flat(model)[8 * 4:], flat[8 * 4:])
+    got = get_flat(model)
+    np.testing.assert_array_equal(got[8 * 4:], flat[8 * 4:])
+    np.testing.assert_array_equal(got[:8 * 4], flat[:8 * 4] + 1)
+    got[:] = -1  # get_flat is a copy too
+    assert get_flat(model)[5] == 6.0
+    with pytest.raises(ValueError, match="values, the model"):
+        set_flat(model, flat[:-1])
+
+
+def test_flattened_parameters_keep_values_and_train_exactly_as_separate_tensors():
+    """Workers re-home the parameters in one buffer (one copy per set_flat/get_flat, not one per tensor):
+    the same SGD steps must give bit-identical weights, through the optimizer's in-place updates."""
+    from fl.training import train_local
+
+    cfg = OmegaConf.create({"name": "mlp_small", "hidden": [16]})
+    data = load_digits(0)
+    x, y = torch.from_numpy(data.x_train[:64]), torch.from_numpy(data.y_train[:64])
+    results = []
+    for flat_views in (False, True):
+        torch.manual_seed(3)
+        model = build_model(cfg, 64, 10)
+        before = get_flat(model)
+        if flat_views:
+            flatten_parameters(model)
+            np.testing.assert_array_equal(get_flat(model), before)
+            buffer = model._flat_parameters  # every parameter is a view into it, in order
+            offsets = np.cumsum([0] + [p.numel() for p in model.parameters()])[:-1]
+            assert [p.data_ptr() for p in model.parameters()] == [buffer.data_ptr() + 4 * int(o) for o in offsets]
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+        train_local(model, optimizer, x, y, 2, 16, 7, "cpu")
+        results.append(get_flat(model))
+        if flat_views:  # the optimizer wrote into the buffer itself
+            np.testing.assert_array_equal(model._flat_parameters.numpy(), results[-1])
+    np.testing.assert_array_equal(results[0], results[1])
+    assert not np.array_equal(results[0], before)
+
+
+def test_moving_a_flattened_model_falls_back_to_per_tensor_copies():
+    model = flatten_parameters(build_model(OmegaConf.create({"name": "mlp_small", "hidden": [8]}), 4, 3))
+    for p in model.parameters():  # what .to(another device) does: new storage for every parameter
+        p.data = p.data.clone()
+    flat = np.arange(num_params(model), dtype=np.float32)
+    set_flat(model, flat)
+    np.testing.assert_array_equal(get_flat(model), flat)
+    np.testing.assert_array_equal(next(model.parameters()).detach().numpy().ravel(), flat[:32])
 
 
 def test_seed_torch_gives_the_stream_of_torch_manual_seed():

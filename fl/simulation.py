@@ -4,7 +4,8 @@
 2. broadcast: encode the model once, put it in the object store once, count it per receiving client;
 3. without masking: each worker trains its clients and returns their ClientUpdate messages;
    with masking: advertise keys -> share keys -> masked input (training happens here) -> unmask, one
-   call per worker per step, with injected dropouts; below t survivors the round aborts;
+   call per worker per step, with injected dropouts; below t survivors the round aborts. A worker whose
+   updates or masked vectors can exceed one chunk streams them in chunks (Ray streaming generators);
 4. the server decodes and sums message by message, in client-id order, and applies the mean update;
 5. evaluate on the test split and write the round's row.
 """

@@ -15,7 +15,8 @@ state_mb_per_client = error-feedback residuals kept between rounds, per client t
 Where the framework's share goes (medians over the same rounds): server_s = the driver's broadcast encoding,
 decoding, summing and unmasking; evaluate_s = evaluation on the test split; client_work_s = a worker's
 broadcast decoding, encoding and masking (per worker); rest_s = what remains: Ray's calls and replies,
-waiting for the slower worker, and the loop's bookkeeping.
+waiting for the slower worker, and the loop's bookkeeping (negative where the server's work overlaps
+the workers' training: cells whose replies stream).
 command_s = median wall of 9 runs of `python simulate.py` with the goal cell's settings (N = 10, mlp_small, no
 masking or compression), start to exit; command_min_s and command_max_s their range. Ray's start alone is
 bimodal here (2.2 s, or 3.2-3.6 s when its raylet misses the driver's first once-a-second poll), hence 9.

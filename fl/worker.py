@@ -143,13 +143,7 @@ class Worker:
 
     def plain_round(self, broadcast: bytes, round: int, clients: list[int]):
         """Train each client and return [(client id, ClientUpdate bytes or None if rejected)], timings."""
-        out, stats = [], {}
-        for item in self.plain_round_stream(broadcast, round, clients, chunk_bytes=None):
-            if isinstance(item, dict):
-                stats = item
-            else:
-                out.extend(item)
-        return out, stats
+        return _collect(self.plain_round_stream(broadcast, round, clients, chunk_bytes=None))
 
     def plain_round_stream(self, broadcast: bytes, round: int, clients: list[int],
                            chunk_bytes: int | None = CHUNK_BYTES):
@@ -157,8 +151,12 @@ class Worker:
         (None: one chunk at the end), then the timings dict. The server sums a client's update while
         this worker trains the next ones, and never holds all of a worker's messages at once."""
         t = defaultdict(float)
+        yield from _in_chunks(self._plain_messages(broadcast, round, clients, t), chunk_bytes)
+        t.update(self.stats())
+        yield dict(t)
+
+    def _plain_messages(self, broadcast: bytes, round: int, clients: list[int], t: dict):
         t["t_sync"] += self.sync(broadcast, round)
-        chunk, size = [], 0
         for cid in clients:
             update, n = self._timed_train(cid, round, t)
             t1 = time.perf_counter()
@@ -172,15 +170,7 @@ class Worker:
             except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
                 message = None
             t["t_encode"] += time.perf_counter() - t1
-            chunk.append((cid, message))
-            size += len(message) if message is not None else 0
-            if chunk_bytes is not None and size >= chunk_bytes:
-                yield chunk
-                chunk, size = [], 0
-        if chunk:
-            yield chunk
-        t.update(self.stats())
-        yield dict(t)
+            yield cid, message
 
     # --- with masking: advertise keys -> share keys -> masked input -> unmask --------------------
 
@@ -221,21 +211,20 @@ class Worker:
 
     def masked_round(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int]):
         """Step 3: train, select the shared index set, quantize, sketch, mask; returns [(id, MaskedInput bytes)]."""
-        out, stats = [], {}
-        for item in self.masked_round_stream(broadcast, round, bundles, clients, chunk_bytes=None):
-            if isinstance(item, dict):
-                stats = item
-            else:
-                out.extend(item)
-        return out, stats
+        return _collect(self.masked_round_stream(broadcast, round, bundles, clients, chunk_bytes=None))
 
     def masked_round_stream(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
                             chunk_bytes: int | None = CHUNK_BYTES):
         """As `masked_round`, but yielding the messages in chunks of about `chunk_bytes` as they are
         ready, then the timings dict: the server adds them into its masked sum while this worker
         trains the next clients, and never holds all of a worker's masked vectors at once."""
-        c = self.cfg
         t = defaultdict(float)
+        yield from _in_chunks(self._masked_messages(broadcast, round, bundles, clients, t), chunk_bytes)
+        t.update(self.stats())
+        yield dict(t)
+
+    def _masked_messages(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int], t: dict):
+        c = self.cfg
         t["t_sync"] += self.sync(broadcast, round)
         idx = self.index_set
         n_max = c.fl.clients_per_round
@@ -244,18 +233,14 @@ class Worker:
         q_sketch = secagg.FixedPointQuantizer(c.secagg.sketch_clip, n_max)
         sketch = self.policy.sketch(round) if self.policy is not None else None
         max_weight = float(c.secagg.max_weight)
-        out, size = [], 0
         for cid in clients:
-            if chunk_bytes is not None and size >= chunk_bytes:
-                yield out
-                out, size = [], 0
             corrected, n = self._client_update(cid, round, t)
             t1 = time.perf_counter()
             rng = np.random.default_rng(client_seed(self.seed, round, cid) ^ 0x5EC)
             w = min(n / self.mean_samples, max_weight)
             if not np.isfinite(corrected).all():  # NaN/Inf: nothing is sent; the round goes on without it
                 self.pending.pop(cid, None)
-                out.append((cid, None))
+                yield cid, None
                 continue
             parts = [q_weight.quantize(np.array([w], np.float32), rng)]
             if self.linear is not None:  # count sketch: the weighted update's table is the message
@@ -275,18 +260,13 @@ class Worker:
             try:
                 bundle = wire.decode_share_bundle(bundles[cid])
                 message = wire.encode_masked(self.pending[cid].masked_input(bundle, vector))
-                out.append((cid, message))
-                size += len(message)
             except (secagg.ProtocolError, KeyError, wire.WireError):
                 self.pending.pop(cid, None)
                 self.staged.pop(cid, None)
-                out.append((cid, None))
+                message = None
             t["t_encode"] += t2 - t1
             t["t_mask"] += time.perf_counter() - t2
-        if out:
-            yield out
-        t.update(self.stats())
-        yield dict(t)
+            yield cid, message
 
     def unmask(self, request: bytes, clients: list[int]):
         """Step 4: shares of b for survivors, of the mask key for dropped clients; the round ends here."""
@@ -294,6 +274,30 @@ class Worker:
         out, stats = self._step(clients, lambda cid, client: wire.encode_unmask_response(client.unmask(request_msg)))
         self.pending = {}  # private keys of this round are dropped
         return out, stats
+
+
+def _in_chunks(messages, chunk_bytes: int | None):
+    """(client id, message or None) pairs grouped in lists of about `chunk_bytes` of messages (None: one list)."""
+    chunk, size = [], 0
+    for cid, message in messages:
+        chunk.append((cid, message))
+        size += len(message) if message is not None else 0
+        if chunk_bytes is not None and size >= chunk_bytes:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def _collect(stream) -> tuple[list, dict]:
+    """A stream's messages as one list, and its closing timings: what the one-reply call returns."""
+    out, stats = [], {}
+    for item in stream:
+        if isinstance(item, dict):
+            stats = item
+        else:
+            out.extend(item)
+    return out, stats
 
 
 def _in_ray_worker() -> bool:

@@ -8,6 +8,7 @@ import os
 from typing import Iterator
 
 from fl import raystart
+from fl.transport import ReplyReader, remove_leftovers
 from fl.worker import Worker
 
 
@@ -60,12 +61,25 @@ class RayPool:
         self.workers = [self._actor.remote(cfg_dict, i) for i in range(size)]  # start up in the background
         self.dead: set[int] = set()
         self._data = None
+        self._reader = ReplyReader()
+        self._shared: dict[int, int] = {}  # worker -> its pid, for workers whose replies come through shared memory
 
     def attach(self, data) -> None:
         """Put the run's dataset in the object store once and give it to every worker (each reads the
         same shared-memory copy; none loads the data itself). Waits until every worker is ready."""
         self._data = self._ray.put(data)
         self._ray.get([w.attach.remote(self._data) for w in self.workers])
+        self._share_replies()
+
+    def _share_replies(self) -> None:
+        """Workers on this machine reply through shared memory (fl.transport); any other through Ray."""
+        token = os.urandom(16)
+        probes = self._ray.get([w.probe_replies.remote(token) for w in self.workers])
+        for w, (probe, pid) in enumerate(probes):
+            if self._reader.attach(w, probe, token):
+                self._shared[w] = pid
+            else:
+                self.workers[w].close_replies.remote()
 
     def put(self, data):
         """A handle every worker's call can take: small data as is, large data as one object-store copy."""
@@ -75,7 +89,9 @@ class RayPool:
 
     def call(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, object]:
         """One call per worker; a worker whose actor died answers None (its clients count as dropped)."""
-        refs = {w: getattr(self.workers[w], method).remote(*args) for w, args in args_per_worker.items()}
+        shared = {w for w in args_per_worker if w in self._shared and method in Worker.MESSAGE_REPLIES}
+        refs = {w: self.workers[w].packed.remote(method, *args) if w in shared
+                else getattr(self.workers[w], method).remote(*args) for w, args in args_per_worker.items()}
         out = {}
         for w, ref in refs.items():
             try:
@@ -83,6 +99,10 @@ class RayPool:
             except self._ray.exceptions.RayActorError:
                 self.dead.add(w)
                 out[w] = None
+                continue
+            if w in shared:  # copied out now: the worker reuses its buffer at its next call
+                where, stats = out[w]
+                out[w] = self._reader.unpack(w, where), stats
         return out
 
     def stream(self, method: str, args_per_worker: dict[int, tuple]) -> dict[int, Iterator]:
@@ -103,15 +123,24 @@ class RayPool:
     def revive(self) -> None:
         """Replace dead actors with fresh ones (the clients they held lose their state, as a device would)."""
         for w in sorted(self.dead):
+            self._forget_replies(w)  # the fresh actor replies through Ray
             self.workers[w] = self._actor.remote(self._cfg, w)
             if self._data is not None:
                 self.workers[w].attach.remote(self._data)  # runs before any later call to this actor
         self.dead.clear()
 
+    def _forget_replies(self, w: int) -> None:
+        self._reader.drop(w)
+        pid = self._shared.pop(w, None)
+        if pid is not None:
+            remove_leftovers(pid)
+
     def close(self) -> None:
         for w in self.workers:
             self._ray.kill(w)
         self.workers = []
+        for w in list(self._shared):
+            self._forget_replies(w)
         if self._started:
             raystart.stop()
 

@@ -16,6 +16,7 @@ client (sticky assignment: client id modulo number of workers).
 from __future__ import annotations
 
 import gc
+import os
 import resource
 import time
 import warnings
@@ -33,6 +34,7 @@ from fl.models import build_model, check_device, flatten_parameters, get_flat, s
 from fl.policy import linear_codec, make_codec, make_index_policy, masks
 from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, seed_torch, train_local
+from fl.transport import ReplyBuffer
 
 
 # Streamed replies come in chunks of about this many bytes of messages (fl.simulation streams only when
@@ -44,6 +46,9 @@ class Worker:
     """Created before the data exists (so a Ray worker imports torch while the driver loads the data),
     then `attach`ed to the run's dataset: loaded once by the driver and shared read-only."""
 
+    # The calls that answer ([(client id, message bytes or None)], timings): `packed` can carry their messages.
+    MESSAGE_REPLIES = frozenset({"plain_round", "advertise", "share_keys", "masked_round", "unmask"})
+
     def __init__(self, cfg: dict, worker_id: int = 0):
         torch.set_num_threads(1)  # one core per worker; also makes results independent of the pool size
         self.cfg = c = OmegaConf.create(cfg)
@@ -54,6 +59,7 @@ class Worker:
         self.seed, self.device = int(c.seed), str(c.device)
         self.local_epochs, self.batch_size = int(c.fl.local_epochs), int(c.fl.batch_size)
         self.model = None
+        self.replies: ReplyBuffer | None = None  # shared-memory replies (fl.transport), when the driver can map them
 
     def attach(self, data: Dataset) -> int:
         """Take the run's dataset (the driver's, never reloaded here); returns the parameter count."""
@@ -138,6 +144,24 @@ class Worker:
         process's peak resident memory (ru_maxrss, MB)."""
         return {"state_bytes": sum(r.nbytes for r in self.residuals.values()),
                 "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+    # --- replies through shared memory (fl.transport) ------------------------------------------------
+
+    def probe_replies(self, token: bytes):
+        """Open this worker's reply buffer holding `token`: the driver checks that it can map it."""
+        self.close_replies()
+        self.replies = ReplyBuffer()
+        return self.replies.pack([(0, token)]), os.getpid()
+
+    def packed(self, method: str, *args):
+        """`method`'s reply, its messages written to the shared buffer: only where they lie goes back."""
+        out, stats = getattr(self, method)(*args)
+        return self.replies.pack(out), stats
+
+    def close_replies(self) -> None:
+        if self.replies is not None:
+            self.replies.close()
+            self.replies = None
 
     # --- without masking: one exchange ---------------------------------------------------------
 

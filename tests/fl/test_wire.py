@@ -78,6 +78,12 @@ def test_an_altered_payload_byte_is_caught_by_the_checksum():
         wire.decode_update(bytes(altered), 3, 1000)
 
 
+def test_the_checksum_is_crc32c():
+    assert wire.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720, B.4)
+    message, _ = _update_message()
+    assert int.from_bytes(message[-4:], "little") == wire.crc32c(message[:-5])
+
+
 def test_wrong_version_round_and_length_are_named():
     from fl import wire_pb2 as pb
 
@@ -86,7 +92,7 @@ def test_wrong_version_round_and_length_are_named():
     msg.ParseFromString(message)
     msg.version = 9
     msg.ClearField("checksum")
-    msg.checksum = __import__("zlib").crc32(msg.SerializeToString())
+    msg.checksum = wire.crc32c(msg.SerializeToString())
     with pytest.raises(wire.WireError, match="version 9"):
         wire.decode_update(msg.SerializeToString(), 3, 1000)
     with pytest.raises(wire.WireError, match="round 3, expected 4"):

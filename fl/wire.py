@@ -6,8 +6,9 @@ problem. Codec payloads are opaque bytes here; the codec itself validates their 
 """
 from __future__ import annotations
 
-import google_crc32c
+import math
 
+import google_crc32c
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtobufDecodeError
 
@@ -91,11 +92,17 @@ def encode_update(round: int, client_id: int, codec: str, length: int, weight: f
 def decode_update(data: bytes, round: int, length: int) -> pb.ClientUpdate:
     what = "client update"
     msg = _parse(pb.ClientUpdate, data, what)
-    _need(msg.round == round, what, f"round {msg.round}, expected {round} (replayed or stale)")
-    _need(msg.length == length, what, f"update length {msg.length}, expected {length}")
-    _need(bool(msg.codec), what, "missing codec name (truncated?)")
-    _need(np.isfinite(msg.weight) and msg.weight > 0, what, f"weight {msg.weight} is not a positive number")
-    _need(len(msg.payload) > 0, what, "empty payload")
+    # the server's hot path (every update of every round): the error texts are formatted only on failure
+    if msg.round != round:
+        raise WireError(f"{what}: round {msg.round}, expected {round} (replayed or stale)")
+    if msg.length != length:
+        raise WireError(f"{what}: update length {msg.length}, expected {length}")
+    if not msg.codec:
+        raise WireError(f"{what}: missing codec name (truncated?)")
+    if not (math.isfinite(msg.weight) and msg.weight > 0):
+        raise WireError(f"{what}: weight {msg.weight} is not a positive number")
+    if not msg.payload:
+        raise WireError(f"{what}: empty payload")
     return msg
 
 

@@ -92,15 +92,18 @@ class RayPool:
         shared = {w for w in args_per_worker if w in self._shared and method in Worker.MESSAGE_REPLIES}
         refs = {w: self.workers[w].packed.remote(method, *args) if w in shared
                 else getattr(self.workers[w], method).remote(*args) for w, args in args_per_worker.items()}
-        out = {}
-        for w, ref in refs.items():
-            try:
-                out[w] = self._ray.get(ref)
-            except self._ray.exceptions.RayActorError:
-                self.dead.add(w)
-                out[w] = None
-                continue
-            if w in shared:  # copied out now: the worker reuses its buffer at its next call
+        try:  # one wait for all the replies: the driver wakes once, when the slowest worker answers
+            out = dict(zip(refs, self._ray.get(list(refs.values()))))
+        except self._ray.exceptions.RayActorError:  # a worker died: find which, one reply at a time
+            out = {}
+            for w, ref in refs.items():
+                try:
+                    out[w] = self._ray.get(ref)
+                except self._ray.exceptions.RayActorError:
+                    self.dead.add(w)
+                    out[w] = None
+        for w in refs:
+            if w in shared and out[w] is not None:  # copied out now: the worker reuses its buffer at its next call
                 where, stats = out[w]
                 out[w] = self._reader.unpack(w, where), stats
         return out

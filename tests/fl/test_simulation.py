@@ -333,3 +333,37 @@ def test_a_worker_streams_its_messages_in_chunks_then_its_timings_and_plain_roun
     streamed = [m for chunk in items[:-1] for m in chunk]
     assert [cid for cid, _ in streamed] == [0, 2, 4]
     assert streamed[0][1] == first  # the same bytes either way
+
+
+def test_encoding_a_batch_of_trained_clients_sends_the_same_messages_and_residuals_as_one_at_a_time(monkeypatch):
+    import fl.worker
+    from fl.config import as_dict, validate
+    from fl.data import load_dataset
+    from fl.server import Broadcaster
+
+    # top-k with error feedback: round 1's messages depend on the residuals that round 0 left per client
+    config = validate(fl.compose(["model=mlp_small", "secagg=none", "compression=topk", "compression.ratio=0.1",
+                                  "fl.num_clients=6", "fl.clients_per_round=6"]))
+    data = load_dataset(config.dataset, config.seed)
+    one_at_a_time, batched = Worker(as_dict(config)), Worker(as_dict(config))
+    length = one_at_a_time.attach(data)
+    batched.attach(data)
+    assert one_at_a_time.error_feedback
+    weights = np.zeros(length, np.float32)
+    broadcaster = Broadcaster(config, length)
+    sizes = []
+    encode = Worker._encode_updates
+    monkeypatch.setattr(Worker, "_encode_updates", lambda self, trained, *a: sizes.append(len(trained)) or
+                        encode(self, trained, *a))
+    for r in range(2):
+        broadcast = broadcaster.encode(r, weights)
+        monkeypatch.setattr(fl.worker, "ENCODE_BATCH_BYTES", 1)  # one client a batch
+        single, _ = one_at_a_time.plain_round(broadcast, r, list(range(6)))
+        monkeypatch.setattr(fl.worker, "ENCODE_BATCH_BYTES", 4 * length * 4)  # four clients, then two
+        together, _ = batched.plain_round(broadcast, r, list(range(6)))
+        assert single == together and all(m is not None for _, m in single)
+        assert sizes == [1] * 6 + [4, 2]
+        sizes.clear()
+        for cid in range(6):
+            np.testing.assert_array_equal(one_at_a_time.residuals[cid], batched.residuals[cid])
+        weights += 0.01

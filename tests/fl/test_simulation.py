@@ -244,6 +244,7 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
     pool = RayPool(fl.config.as_dict(config), 2, None, 1.0, 0.0)
     try:
         pool.attach(load_dataset(config.dataset, config.seed))
+        assert set(pool._shared) == {0, 1}  # both reply through shared memory (fl.transport)
         ray_session.kill(pool.workers[0])
         for _ in range(200):  # ray.kill is asynchronous: wait until the actor is really gone
             try:
@@ -258,6 +259,7 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
         assert list(streamed[0]) == [None] and pool.dead == {0}
         pool.revive()
         assert pool.call("stats", {0: ()})[0] is not None
+        assert set(pool._shared) == {1}  # the fresh actor replies through Ray
     finally:
         pool.close()
 

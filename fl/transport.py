@@ -24,11 +24,9 @@ INITIAL_BYTES = 1 << 20
 _names = itertools.count()
 
 
-class Packed(tuple):
-    """(path, size, index): a reply's messages in a worker's buffer; the index is a list of
-    (client id, offset, length), length -1 for a client that sent nothing."""
-
-    __slots__ = ()
+# (path, size, index): a reply's messages in a worker's buffer; the index is a list of
+# (client id, offset, length), length -1 for a client that sent nothing.
+Packed = tuple[str, int, list[tuple[int, int, int]]]
 
 
 class ReplyBuffer:
@@ -52,7 +50,7 @@ class ReplyBuffer:
         for (_, offset, size), (_, message) in zip(index, out):
             if size > 0:
                 view[offset:offset + size] = message
-        return Packed((self.path, len(self.map), index))
+        return self.path, len(self.map), index
 
     def _grow(self, need: int) -> None:
         size = max(INITIAL_BYTES, 2 * len(self.map) if self.map is not None else 0, need)
@@ -94,9 +92,7 @@ class ReplyReader:
         if _read(view, probe[2]) != [(0, token)]:
             view.close()
             return False
-        self.drop(worker)
-        os.unlink(path)  # the file lives while mapped; nothing is left behind when both processes end
-        self.maps[worker] = (path, view)
+        self._keep(worker, path, view)
         return True
 
     def unpack(self, worker: int, packed: Packed) -> list[tuple[int, bytes | None]]:
@@ -104,11 +100,16 @@ class ReplyReader:
         path, size, index = packed
         known = self.maps.get(worker)
         if known is None or known[0] != path:  # the worker grew its buffer: a new file
-            self.drop(worker)
-            view = _map(path, size)
-            os.unlink(path)
-            self.maps[worker] = known = (path, view)
+            known = self._keep(worker, path, _map(path, size))
         return _read(known[1], index)
+
+    def _keep(self, worker: int, path: str, view: mmap.mmap) -> tuple[str, mmap.mmap]:
+        """Use `view` for `worker` from now on, and remove its file's name: the file lives while mapped,
+        and nothing is left behind when both processes end."""
+        self.drop(worker)
+        os.unlink(path)
+        self.maps[worker] = known = (path, view)
+        return known
 
     def drop(self, worker: int) -> None:
         """Forget a worker's buffer (it died, or replied with a new one)."""

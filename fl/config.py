@@ -24,6 +24,8 @@ class FLConfig:
     local_epochs: int = 2
     batch_size: int = 32
     lr: float = 0.1
+    momentum: float = 0.0           # local SGD momentum (buffers restart with each client's training)
+    weight_decay: float = 0.0       # local SGD L2 weight decay
     eval_every: int = 1
 
 
@@ -35,6 +37,8 @@ class DatasetConfig:
     shards_per_client: int = 2      # shards: label-sorted shards per client (about that many classes each)
     test_fraction: float = 0.2      # digits only; the others use their own test split
     root: str = "data"              # mnist/fashion_mnist/cifar10 files live here (torchvision's layout)
+    system_dirs: list[str] = field(default_factory=list)  # then here, flat (Debian: /usr/share/datasets/<name>)
+    cache: Optional[str] = None     # unpacked copies go here; null: $XDG_CACHE_HOME/fedsqueeze or ~/.cache/fedsqueeze
     download: bool = False          # download into root when missing (needs a network)
     max_train: Optional[int] = None  # null: all; else a seeded subsample (quick runs)
     max_test: Optional[int] = None
@@ -46,6 +50,7 @@ class ModelConfig:
     hidden: list[int] = field(default_factory=lambda: [1024, 420])  # dense widths (after the convolutions)
     channels: list[int] = field(default_factory=list)  # convolution / ResNet stage widths (CNNs only)
     norm: str = "group"             # resnet_small: group (GroupNorm) | batch (BatchNorm, batch statistics)
+    padding: str = "same"           # lenet, cnn_wide: 5x5 convolutions keep the size (same) or not (valid)
 
 
 @dataclass
@@ -154,9 +159,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if not c.dataset.download:  # missing files are refused here, in one line (DatasetNotFoundError is a ConfigError)
         from fl.data import check_files
 
-        check_files(c.dataset.name, c.dataset.root)
+        check_files(c.dataset.name, c.dataset.root, c.dataset.system_dirs)
     if c.model.name not in MODELS:
         raise ConfigError(f"unknown model {c.model.name!r}; available: {', '.join(MODELS)}")
+    if c.model.padding not in ("same", "valid"):
+        raise ConfigError(f"model.padding must be 'same' or 'valid', got {c.model.padding!r}")
     if c.model.norm not in ("group", "batch"):
         raise ConfigError(f"model.norm must be 'group' or 'batch', got {c.model.norm!r}")
     if c.device != "cpu":  # any other device is checked with torch, which takes 1.3 s to import
@@ -181,6 +188,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             raise ConfigError(f"fl.{key} must be >= 1, got {getattr(f, key)}")
     if not f.lr > 0:
         raise ConfigError(f"fl.lr must be > 0, got {f.lr}")
+    if not 0 <= f.momentum < 1 or not f.weight_decay >= 0:
+        raise ConfigError(f"need 0 <= fl.momentum < 1 and fl.weight_decay >= 0, got {f.momentum} and {f.weight_decay}")
     try:  # the codec accepts its options (a typo'd option name fails here)
         extra = {"layout": [1]} if c.compression.per_layer and c.compression.name != "none" else {}
         codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options, **extra)

@@ -8,6 +8,7 @@ Datasets: `digits` (scikit-learn's bundled 8x8 digits, the offline default) and 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import os
 import shutil
 from dataclasses import dataclass
@@ -53,6 +54,7 @@ class _Source:
     files: tuple        # file names it needs in that folder
     gzipped: bool       # whether the files may be placed as `<name>.gz`
     get: str            # where a user gets the files by hand
+    debian: str = ""    # the Debian package that installs them, if any
 
 
 _MNIST_FILES = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte",
@@ -61,7 +63,8 @@ SOURCES = {
     "mnist": _Source("MNIST", os.path.join("MNIST", "raw"), _MNIST_FILES, True,
                      "the four MNIST IDX files (e.g. from https://ossci-datasets.s3.amazonaws.com/mnist/)"),
     "fashion_mnist": _Source("FashionMNIST", os.path.join("FashionMNIST", "raw"), _MNIST_FILES, True,
-                             "the four Fashion-MNIST IDX files (https://github.com/zalandoresearch/fashion-mnist)"),
+                             "the four Fashion-MNIST IDX files (https://github.com/zalandoresearch/fashion-mnist)",
+                             "dataset-fashion-mnist"),
     "cifar10": _Source("CIFAR10", "cifar-10-batches-py",
                        tuple(f"data_batch_{i}" for i in range(1, 6)) + ("test_batch", "batches.meta"), False,
                        "the files of cifar-10-python.tar.gz (https://www.cs.toronto.edu/~kriz/cifar.html; "
@@ -94,55 +97,106 @@ def expected_files(name: str, root: str) -> list[str]:
     return [os.path.join(os.path.abspath(root), src.folder, f) for f in src.files]
 
 
-def check_files(name: str, root: str) -> None:
-    """Raise DatasetNotFoundError, naming every missing file and how to get it, unless all are in place.
+@dataclass(frozen=True)
+class Located:
+    """Where a dataset's files were found: `folder` holds every file, each plain or gzipped (`gz` lists
+    the gzipped ones); `in_layout` says whether torchvision can read `folder`'s root as it is."""
+    folder: str
+    gz: tuple
+    in_layout: bool
 
-    MNIST-style files may be placed gzipped (`<name>.gz`, as distributed); they are unpacked next to
-    themselves, which is what torchvision's own download does.
-    """
-    if name not in SOURCES:
-        return
+
+def locate(name: str, root: str, system_dirs=()) -> Located:
+    """Find `name`'s files without writing anything: `<root>/<torchvision's folder>` first, then each
+    system folder (flat, as Debian's `dataset-fashion-mnist` installs them). Raises
+    DatasetNotFoundError naming every place looked at and both ways to get the data."""
     src = SOURCES[name]
-    missing = []
-    for path in expected_files(name, root):
-        if os.path.isfile(path):
-            continue
-        if src.gzipped and os.path.isfile(path + ".gz"):
-            _gunzip(path + ".gz", path)
-            continue
-        missing.append(path + ("(.gz)" if src.gzipped else ""))
-    if missing:
-        folder = os.path.join(os.path.abspath(root), src.folder)
-        raise DatasetNotFoundError(
-            f"dataset={name}: files not found: {', '.join(missing)}. Copy {src.get} into {folder}"
-            f"{' (gzipped or not)' if src.gzipped else ''}, or run once with dataset.download=true on a machine "
-            f"with a network (it downloads into dataset.root={root}).")
+    places = [(os.path.join(os.path.abspath(root), src.folder), True)]
+    places += [(os.path.abspath(os.path.expanduser(str(d))), False) for d in system_dirs or ()]
+    for folder, in_layout in places:
+        gz = []
+        for f in src.files:
+            path = os.path.join(folder, f)
+            if os.path.isfile(path):
+                continue
+            if src.gzipped and os.path.isfile(path + ".gz"):
+                gz.append(f)
+                continue
+            break
+        else:
+            return Located(folder, tuple(gz), in_layout and not gz)
+    missing = [path + ("(.gz)" if src.gzipped else "") for path in expected_files(name, root)
+               if not os.path.isfile(path) and not (src.gzipped and os.path.isfile(path + ".gz"))]
+    also = f"; also looked in {', '.join(folder for folder, _ in places[1:])} (flat)" if places[1:] else ""
+    apt = f"run `apt-get install {src.debian}` (it installs them in /usr/share/datasets/), " if src.debian else ""
+    raise DatasetNotFoundError(
+        f"dataset={name}: files not found: {', '.join(missing)}{also}. To get them: {apt}copy {src.get} into "
+        f"{places[0][0]}{' (gzipped or not)' if src.gzipped else ''}, or run once with dataset.download=true on a "
+        f"machine with a network (it downloads into dataset.root={root}).")
 
 
-def _gunzip(src: str, dst: str) -> None:
+def default_cache() -> str:
+    """Where unpacked copies go: $XDG_CACHE_HOME/fedsqueeze, else ~/.cache/fedsqueeze."""
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "fedsqueeze")
+
+
+def readable_root(name: str, found: Located, cache: str | None) -> str:
+    """A root torchvision can read `name` from. Files already in its layout are read where they are;
+    otherwise they are unpacked (or copied) once into the cache, never beside the originals: a folder
+    the run does not own is never written. A cached copy older than its source is replaced."""
+    src = SOURCES[name]
+    if found.in_layout:
+        return found.folder[:-len(src.folder)]
+    tag = hashlib.sha256(found.folder.encode()).hexdigest()[:12]  # one cache per source folder
+    root = os.path.join(os.path.abspath(os.path.expanduser(cache or default_cache())), f"{name}-{tag}")
+    target = os.path.join(root, src.folder)
+    try:
+        os.makedirs(target, exist_ok=True)
+    except OSError as err:
+        raise DatasetNotFoundError(f"dataset={name}: cannot create the cache {target} ({err}); set "
+                                   "dataset.cache to a folder you can write") from None
+    for f in src.files:
+        source = os.path.join(found.folder, f + (".gz" if f in found.gz else ""))
+        dst = os.path.join(target, f)
+        if os.path.isfile(dst) and os.path.getmtime(dst) >= os.path.getmtime(source):
+            continue
+        _unpack(source, dst, f in found.gz)
+    return root
+
+
+def check_files(name: str, root: str, system_dirs=()) -> None:
+    """Raise DatasetNotFoundError unless `name`'s files are under `root` or a system folder (writes nothing)."""
+    if name in SOURCES:
+        locate(name, root, system_dirs)
+
+
+def _unpack(src: str, dst: str, gzipped: bool) -> None:
     tmp = f"{dst}.partial-{os.getpid()}"  # atomic: a concurrent reader never sees half a file
     try:
-        with gzip.open(src, "rb") as fin, open(tmp, "wb") as fout:
+        with (gzip.open(src, "rb") if gzipped else open(src, "rb")) as fin, open(tmp, "wb") as fout:
             shutil.copyfileobj(fin, fout)
         os.replace(tmp, dst)
-    except OSError as err:
+    except (OSError, EOFError) as err:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise DatasetNotFoundError(f"could not unpack {src}: {err}") from None
+        raise DatasetNotFoundError(f"could not unpack {src} into {dst}: {err}") from None
 
 
-def _torchvision_split(name: str, root: str, train: bool, download: bool) -> tuple[np.ndarray, np.ndarray]:
+def _torchvision_split(name: str, root: str, train: bool, download: bool, system_dirs=(),
+                       cache: str | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(uint8 images (n, C, H, W), int64 labels) from torchvision's class for `name`; errors in one line."""
     import torchvision.datasets
 
     src = SOURCES[name]
     cls = getattr(torchvision.datasets, src.cls)
     folder = os.path.join(os.path.abspath(root), src.folder)
-    if download:
-        try:
-            check_files(name, root)  # unpacks .gz files already there, which torchvision would fetch again
-        except DatasetNotFoundError:
-            pass
+    found = None
+    try:
+        found = locate(name, root, system_dirs)
+    except DatasetNotFoundError:
+        if not download:
+            raise
+    if found is None:
         try:
             ds = cls(root, train=train, download=True)
         except Exception as err:  # noqa: BLE001 -- no network, a moved mirror, a full disk: all one message
@@ -151,15 +205,15 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool) -> tup
                 f"dataset={name}: dataset.download=true could not download into {os.path.abspath(root)} "
                 f"({type(err).__name__}: {first}). Without a network, copy {src.get} into {folder}.") from None
     else:
-        check_files(name, root)
+        readable = readable_root(name, found, cache)
         try:
-            ds = cls(root, train=train, download=False)
+            ds = cls(readable, train=train, download=False)
         except Exception as err:  # noqa: BLE001 -- corrupt: checksum, format asserts, unpickling, truncation
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
             raise DatasetNotFoundError(
-                f"dataset={name}: the files under {folder} could not be read ({type(err).__name__}: {first}). "
-                f"Replace them with {src.get}, or delete them and run with dataset.download=true on a machine "
-                f"with a network.") from None
+                f"dataset={name}: the files under {found.folder} could not be read ({type(err).__name__}: "
+                f"{first}). Replace them with {src.get}, or delete them and run with dataset.download=true on a "
+                f"machine with a network.") from None
     images = np.asarray(ds.data)
     images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)  # MNIST (n,H,W); CIFAR NHWC
     return np.ascontiguousarray(images), np.asarray(ds.targets, dtype=np.int64)
@@ -203,8 +257,9 @@ def load_dataset(cfg, seed: int) -> Dataset:
         x_tr, y_tr, x_te, y_te = data.x_train, data.y_train, data.x_test, data.y_test
     elif name in SOURCES:
         root, download = str(_opt(cfg, "root", "data")), bool(_opt(cfg, "download", False))
-        x_tr, y_tr = _torchvision_split(name, root, True, download)
-        x_te, y_te = _torchvision_split(name, root, False, False)
+        where = {"system_dirs": list(_opt(cfg, "system_dirs", []) or []), "cache": _opt(cfg, "cache", None)}
+        x_tr, y_tr = _torchvision_split(name, root, True, download, **where)
+        x_te, y_te = _torchvision_split(name, root, False, False, **where)
     else:
         raise ValueError(f"unknown dataset {name!r}; available: {', '.join(DATASETS)}")
     keep = _subsample(len(y_tr), max_train, seed, 1)

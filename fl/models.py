@@ -93,12 +93,17 @@ def mlp(in_features: int, hidden, num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), *_head(in_features, hidden, num_classes))
 
 
-def convnet(shape: tuple[int, int, int], channels, hidden, num_classes: int) -> nn.Module:
-    """LeNet-style: per stage a 5x5 convolution ('same' padding) -> ReLU -> 2x2 max-pool; then the MLP head."""
+def convnet(shape: tuple[int, int, int], channels, hidden, num_classes: int, padding: str = "same") -> nn.Module:
+    """LeNet-style: per stage a 5x5 convolution -> ReLU -> 2x2 max-pool; then the MLP head. `padding`:
+    'same' keeps each stage's size (28 -> 14 -> 7), 'valid' is the classic LeNet / NIID-Bench CNN
+    (28 -> 24 -> 12 -> 8 -> 4: 256 features into the head)."""
+    if padding not in ("same", "valid"):
+        raise ValueError(f"unknown model.padding {padding!r}; use 'same' or 'valid'")
     layers: list[nn.Module] = [ToImage(shape)]
     width = shape[0]
     for ch in channels:
-        layers += [nn.Conv2d(width, int(ch), 5, padding=2), nn.ReLU(), nn.MaxPool2d(2, ceil_mode=True)]
+        layers += [nn.Conv2d(width, int(ch), 5, padding=2 if padding == "same" else 0), nn.ReLU(),
+                   nn.MaxPool2d(2, ceil_mode=True)]
         width = int(ch)
     features = nn.Sequential(*layers, nn.Flatten())
     with torch.no_grad():
@@ -148,7 +153,8 @@ def build_model(cfg, input_shape, num_classes: int) -> nn.Module:
     `input_shape` is one sample's shape: (64,) for digits, (1, 28, 28) for MNIST, (3, 32, 32) for
     CIFAR-10; a plain int is taken as a flat feature count (the older call form).
     - `mlp_small` / `mlp_large`: MLP with `cfg.hidden` widths (4,810 / 501,270 parameters on digits).
-    - `lenet` / `cnn_wide`: `cfg.channels` 5x5 conv stages, then `cfg.hidden` dense layers.
+    - `lenet` / `cnn_wide`: `cfg.channels` 5x5 conv stages (`cfg.padding` same or valid), then `cfg.hidden`
+      dense layers.
     - `resnet_small`: ResNet-18 layout with `cfg.channels` stage widths (11.2M parameters on CIFAR-10),
       normalized by `cfg.norm` (`group` or `batch`).
     """
@@ -164,7 +170,7 @@ def build_model(cfg, input_shape, num_classes: int) -> nn.Module:
         raise ValueError(f"model {cfg.name!r} needs model.channels (its convolution widths)")
     shape = image_shape(input_shape)
     if family == "cnn":
-        return convnet(shape, channels, hidden, num_classes)
+        return convnet(shape, channels, hidden, num_classes, str(_opt(cfg, "padding", "same")))
     return resnet(shape, channels, hidden, num_classes, str(_opt(cfg, "norm", "group")))
 
 

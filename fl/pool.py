@@ -36,8 +36,9 @@ class InlinePool:
         """Per worker, the items its generator `method` yields (run lazily, as they are asked for)."""
         return {w: getattr(self.workers[w], method)(*args) for w, args in args_per_worker.items()}
 
-    def revive(self) -> None:
+    def revive(self) -> list[int]:
         """In-process workers do not die."""
+        return []
 
     def close(self) -> None:
         self.workers = []
@@ -123,14 +124,17 @@ class RayPool:
             self.dead.add(w)
             yield None
 
-    def revive(self) -> None:
-        """Replace dead actors with fresh ones (the clients they held lose their state, as a device would)."""
-        for w in sorted(self.dead):
+    def revive(self) -> list[int]:
+        """Replace dead actors with fresh ones (the clients they held lose their state, as a device would);
+        returns the workers replaced (their model must be caught up)."""
+        revived = sorted(self.dead)
+        for w in revived:
             self._forget_replies(w)  # the fresh actor replies through Ray
             self.workers[w] = self._actor.remote(self._cfg, w)
             if self._data is not None:
                 self.workers[w].attach.remote(self._data)  # runs before any later call to this actor
         self.dead.clear()
+        return revived
 
     def _forget_replies(self, w: int) -> None:
         self._reader.drop(w)

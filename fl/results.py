@@ -22,7 +22,7 @@ COLUMNS = [
     "run_id", "config_hash", "seed", "dataset", "partition", "model", "n_params", "num_clients",
     "clients_per_round", "compression", "ratio", "client_compression", "server_compression", "error_feedback",
     "index_policy", "secagg", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
-    "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "rejected", "aborted",
+    "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "catchups", "rejected", "aborted",
     "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask", "late_ignored",
     "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode", "t_evaluate", "t_round",
     "t_step_advertise", "t_step_share_keys", "t_step_masked_input", "t_step_unmask",
@@ -31,8 +31,19 @@ COLUMNS = [
 ]
 
 
+# Keys added after results were committed, left out of the hash at the value that reproduces those results
+# (so a finished run is still found); and keys that say where files are found, not what is computed.
+NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("model", "padding"): "same"}
+WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"))
+
+
 def config_hash(cfg_dict: dict) -> str:
-    what = {k: v for k, v in cfg_dict.items() if k not in EXECUTION_KEYS}
+    what = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg_dict.items() if k not in EXECUTION_KEYS}
+    for (group, key), neutral in NEUTRAL.items():
+        if key in what.get(group, {}) and what[group][key] == neutral:
+            del what[group][key]
+    for group, key in WHERE_KEYS:
+        what.get(group, {}).pop(key, None)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 

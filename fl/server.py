@@ -20,9 +20,18 @@ class Broadcaster:
         self.length = length
         self.view: np.ndarray | None = None  # the weights every client holds after the last broadcast
 
+    def sends_delta(self) -> bool:
+        """Whether the next broadcast is a delta (a client that missed one then needs a catch-up)."""
+        return self.view is not None and self.codec.name != "none"
+
+    def catchup(self, round: int) -> bytes:
+        """The dense model clients hold before `round`'s broadcast: what a client (or worker) that missed
+        broadcasts applies first, so its model never depends on which rounds it saw."""
+        return wire.encode_broadcast(round - 1, "none", self.length, False, self.dense.encode(self.view))
+
     def encode(self, round: int, global_weights: np.ndarray, positions: np.ndarray | None = None,
                index_seed: int = 0) -> bytes:
-        if self.view is None or self.codec.name == "none":
+        if not self.sends_delta():
             codec, is_delta, payload = self.dense, False, self.dense.encode(global_weights)
             self.view = global_weights.copy()
         else:

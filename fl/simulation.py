@@ -30,7 +30,7 @@ from fl.policy import linear_codec, make_index_policy, masks, shared_k
 from fl.pool import make_pool, pool_size
 from fl.results import RunLog
 from fl.server import Broadcaster, MaskedAggregator, PlainAggregator
-from fl.training import as_tensor, evaluate
+from fl.training import as_tensor, combine, evaluate, n_batches
 from fl.worker import CHUNK_BYTES
 
 
@@ -67,6 +67,7 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame
     k = shared_k(cfg, length) if masked else length
     broadcaster = Broadcaster(cfg, length, [p.numel() for p in model.parameters()])
     size = pool_size(cfg)
+    evaluator = Evaluator(pool, size, model, x_test, y_test, str(cfg.device))
     static = {
         "run_id": run_id, "config_hash": chash, "seed": cfg.seed, "dataset": cfg.dataset.name,
         "partition": cfg.dataset.partition, "model": cfg.model.name, "n_params": length,
@@ -78,7 +79,8 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame
         "index_policy": policy.name if policy is not None else "sketch-codec (server top-k)" if linear else
         ("per-client" if cfg.compression.client and cfg.compression.name != "none" else "dense"),
     }
-    last_sync: dict[int, int] = {}
+    last_sync: dict[int, int] = {}  # client -> last round it received a broadcast
+    worker_round: dict[int, int] = {}  # worker -> last round whose broadcast it applied
     broadcast_sizes: list[int] = []
     rows = []
     last_applied = True
@@ -96,7 +98,8 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame
         for r in bar:
             t_round = time.perf_counter()
             row = dict(static, round=r, rejected=0, aborted=False, dropped=0, t_setup=t_setup if r == 0 else 0.0)
-            pool.revive()  # a worker that died last round is replaced (its clients' state is lost, as on a device)
+            for w in pool.revive():  # a worker that died is replaced (its clients' state is lost, as on a device)
+                worker_round.pop(w, None)
             stats: dict[str, float] = defaultdict(float)
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
@@ -105,22 +108,27 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame
 
             positions, index_seed = policy.positions(r) if policy is not None else (None, 0)
             t0 = time.perf_counter()
+            delta = broadcaster.sends_delta()
+            # a worker that missed a broadcast gets the model before this round first (its own clients' view)
+            stale = {w for w in by_worker if worker_round.get(w, -1) != r - 1}
+            catchup = pool.put(broadcaster.catchup(r)) if delta and stale else None
             broadcast = broadcaster.encode(r, weights, positions, index_seed)
             stats["t_broadcast"] = time.perf_counter() - t0
-            bytes_down = _broadcast_bytes(cohort, r, len(broadcast), broadcast_sizes, last_sync)
+            bytes_down, row["catchups"] = _broadcast_bytes(cohort, r, len(broadcast), delta, broadcast_sizes,
+                                                           last_sync)
             ref = pool.put(broadcast)
+            sync = Sync(ref, catchup, stale, worker_round, r)
 
             tally = Tally(row, stats, bytes_down)
             if masked:
-                applied = _masked_round(cfg, pool, tally, r, chash, cohort, by_worker, ref, policy, k, positions,
+                applied = _masked_round(cfg, pool, tally, r, chash, cohort, by_worker, sync, policy, k, positions,
                                         weights, last_applied, accumulator)
                 last_applied = applied
             else:
-                _plain_round(pool, tally, r, length, by_worker, ref, weights)
+                _plain_round(pool, tally, r, length, by_worker, sync, weights)
             t0 = time.perf_counter()
             if r % eval_every == 0 or r == rounds - 1:
-                set_flat(model, weights)
-                row["accuracy"], row["loss"] = evaluate(model, x_test, y_test, device)
+                row["accuracy"], row["loss"] = evaluator(weights)
             stats["t_evaluate"] = time.perf_counter() - t0
             row.update(
                 bytes_up=tally.up_payload + tally.up_protocol, bytes_up_payload=tally.up_payload,
@@ -148,6 +156,41 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame
     return frame
 
 
+class Evaluator:
+    """Accuracy and loss on the test split. A split of one batch is evaluated on the driver; a larger one
+    by all the workers in parallel, each a range of whole batches, summed in batch order: the same
+    figures as one process evaluating it all."""
+
+    def __init__(self, pool, size: int, model, x_test, y_test, device: str):
+        self.pool, self.model, self.x, self.y, self.device = pool, model, x_test, y_test, device
+        batches = n_batches(len(y_test))
+        bounds = np.linspace(0, batches, min(size, batches) + 1).round().astype(int)
+        self.ranges = {w: (int(a), int(b)) for w, (a, b) in enumerate(zip(bounds, bounds[1:]))}
+
+    def __call__(self, weights: np.ndarray) -> tuple[float, float]:
+        if len(self.ranges) < 2:
+            set_flat(self.model, weights)
+            return evaluate(self.model, self.x, self.y, self.device)
+        ref = self.pool.put(weights)
+        replies = self.pool.call("evaluate", {w: (ref, a, b) for w, (a, b) in self.ranges.items()})
+        if any(reply is None for reply in replies.values()):  # a worker died: the driver evaluates it all
+            set_flat(self.model, weights)
+            return evaluate(self.model, self.x, self.y, self.device)
+        return combine([batch for w in sorted(replies) for batch in replies[w]], len(self.y))
+
+
+class Sync:
+    """The round's broadcast as each worker needs it: with a catch-up first for a worker that missed one."""
+
+    def __init__(self, ref, catchup, stale: set[int], worker_round: dict[int, int], round: int):
+        self.ref, self.catchup, self.stale, self.worker_round, self.round = ref, catchup, stale, worker_round, round
+
+    def args(self, w: int) -> tuple:
+        """(broadcast, catch-up or None) for worker `w`, which is called now and so applies this round's."""
+        self.worker_round[w] = self.round
+        return self.ref, self.catchup if w in self.stale else None
+
+
 class Tally:
     """What one round has counted so far: bytes per direction and kind, seconds, and the row."""
 
@@ -163,14 +206,17 @@ class Tally:
             self.stats[key] += time.perf_counter() - t0
 
 
-def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weights: np.ndarray) -> None:
+def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, sync: Sync, weights: np.ndarray) -> None:
     """Without masking: each client's own codec; the server decodes and sums message by message, in
     client-id order (so the sum does not depend on the pool), taking the next client's message from
     its worker's replies when the sum reaches it. A worker whose messages can exceed one chunk streams
     them in chunks, so the server sums while the workers still train; otherwise one reply each."""
     # A worker's reply, bounded by dense messages (4 bytes an entry; top-k's bitmap at ratio near 1 adds n/8).
-    streams = _replies(pool, "plain_round", {w: (ref, r, c) for w, c in by_worker.items()}, by_worker,
-                       4.125 * length + 256)
+    calls = {}
+    for w, clients in by_worker.items():
+        ref, catchup = sync.args(w)
+        calls[w] = (ref, r, clients, catchup)
+    streams = _replies(pool, "plain_round", calls, by_worker, 4.125 * length + 256)
     agg = PlainAggregator(r, length)
     for cid, msg in _in_client_order(streams, by_worker, tally.stats):
         if msg is WORKER_DIED:  # its worker died before sending it
@@ -190,7 +236,7 @@ def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, ref, weight
         weights += update
 
 
-def _masked_round(cfg, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker, ref, policy,
+def _masked_round(cfg, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker, sync: Sync, policy,
                   k: int, positions: np.ndarray, weights: np.ndarray, last_applied: bool,
                   accumulator: SketchAccumulator | None) -> bool:
     """With masking: advertise keys -> share keys -> masked input -> unmask, one call per worker per
@@ -247,8 +293,13 @@ def _masked_round(cfg, pool, tally: Tally, r: int, chash: str, cohort: list[int]
         bundles = agg.bundles()
         tally.down += sum(len(b) for b in bundles.values())
         alive &= set(bundles)
-        for cid, msg in call("masked_round", lambda w, cs: (ref, r, {c: bundles[c] for c in cs}, cs) if cs else None,
-                             "masked_input", 4.0 * agg.length + 256):
+        def masked_args(w, cs):
+            if not cs:
+                return None
+            ref, catchup = sync.args(w)
+            return ref, r, {c: bundles[c] for c in cs}, cs, catchup
+
+        for cid, msg in call("masked_round", masked_args, "masked_input", 4.0 * agg.length + 256):
             tally.up_payload += len(msg)
             tally.timed("t_aggregate", agg.add, msg)
         request, survivors = agg.unmask_request()
@@ -328,13 +379,15 @@ def _add_stats(stats: dict, worker_stats: dict) -> None:
         stats[key] = max(stats[key], value) if key.endswith("_peak_mb") else stats[key] + value
 
 
-def _broadcast_bytes(cohort, r, size, sizes, last_sync) -> int:
-    """Downlink bytes: this broadcast per client, plus what a client that missed rounds must fetch
-    to catch up (the missed broadcasts, at most one dense model: the round-0 broadcast's size)."""
-    total = 0
+def _broadcast_bytes(cohort, r, size, delta: bool, sizes, last_sync) -> tuple[int, int]:
+    """Downlink bytes and how many clients got a catch-up: this broadcast per client, plus, when it is a
+    delta, what a client that missed rounds must fetch first (the missed broadcasts, at most one dense
+    model: the round-0 broadcast's size). A dense broadcast is the whole model: no catch-up."""
+    total = catchups = 0
     for cid in cohort:
-        missed = sizes[last_sync.get(cid, -1) + 1:r]
+        missed = sizes[last_sync.get(cid, -1) + 1:r] if delta else []
         total += size + (min(sum(missed), sizes[0]) if missed else 0)
+        catchups += bool(missed)
         last_sync[cid] = r
     sizes.append(size)
-    return total
+    return total, catchups

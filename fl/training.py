@@ -29,12 +29,24 @@ def seed_torch(seed: int, device: str | torch.device = "cpu") -> None:
         torch.cuda.manual_seed(int(seed))
 
 
-class SGD:
-    """Plain minibatch SGD, p -= lr * grad: what local training needs, without torch.optim, whose first
-    construction imports torch._dynamo (about 2 s per worker process at start-up)."""
+EVAL_BATCH = 1024  # evaluation batch: a worker evaluates whole batches, so any split gives the same sums
 
-    def __init__(self, params, lr: float):
+
+class SGD:
+    """Minibatch SGD with optional momentum and L2 weight decay (torch.optim.SGD's update rule), without
+    torch.optim, whose first construction imports torch._dynamo (about 2 s per worker process at start-up).
+
+    Momentum buffers start empty for each client's local training (`reset`), as a client that builds its
+    optimizer on every call does (Flower's niid_bench does): no state crosses clients or rounds.
+    """
+
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
         self.params, self.lr = [p for p in params if p.requires_grad], float(lr)
+        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
+        self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+
+    def reset(self) -> None:
+        self.buffers = [None] * len(self.params)
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -42,15 +54,27 @@ class SGD:
 
     @torch.no_grad()
     def step(self) -> None:
-        for p in self.params:
-            if p.grad is not None:
-                p.add_(p.grad, alpha=-self.lr)
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            grad = p.grad
+            if self.weight_decay:
+                grad = grad.add(p, alpha=self.weight_decay)
+            if self.momentum:
+                if self.buffers[i] is None:
+                    self.buffers[i] = grad.detach().clone()
+                else:
+                    self.buffers[i].mul_(self.momentum).add_(grad)
+                grad = self.buffers[i]
+            p.add_(grad, alpha=-self.lr)
 
 
 def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.ndarray | torch.Tensor,
                 y: np.ndarray | torch.Tensor, epochs: int, batch_size: int, seed: int, device: str = "cpu") -> int:
     """Run `epochs` of minibatch SGD on (x, y); batch order from `seed` alone. Returns samples seen."""
     gen = np.random.default_rng(seed)
+    if isinstance(optimizer, SGD):
+        optimizer.reset()
     xt, yt = as_tensor(x, device), as_tensor(y, device)
     n = len(yt)
     loss_fn = nn.CrossEntropyLoss()
@@ -70,22 +94,44 @@ def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.
 
 @torch.inference_mode()
 def evaluate(model: nn.Module, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, device: str = "cpu",
-             batch_size: int = 1024) -> tuple[float, float]:
+             batch_size: int = EVAL_BATCH) -> tuple[float, float]:
     """(accuracy, mean cross-entropy loss) on a held-out split."""
-    if model.training:  # the driver's model only ever evaluates: switched once, not every round
-        model.eval()
     n = len(y)
     if n <= batch_size:  # one batch (digits' 360 test samples): no accumulators, a quarter less time
+        if model.training:  # the driver's model only ever evaluates: switched once, not every round
+            model.eval()
         xb, yb = as_tensor(x, device), as_tensor(y, device)
         out = model(xb)
         loss = nn.functional.cross_entropy(out, yb, reduction="sum")
         return int((out.argmax(1) == yb).sum()) / n, float(loss.double()) / n
-    loss_sum = torch.zeros((), dtype=torch.float64, device=device)
-    correct = torch.zeros((), dtype=torch.int64, device=device)
-    for start in range(0, n, batch_size):  # batch by batch: numpy data moves one batch at a time
-        xb = as_tensor(x[start:start + batch_size], device)
-        yb = as_tensor(y[start:start + batch_size], device)
-        out = model(xb)
-        loss_sum += nn.functional.cross_entropy(out, yb, reduction="sum").double()
-        correct += (out.argmax(1) == yb).sum()
-    return int(correct) / n, float(loss_sum) / n  # one device sync, at the end
+    return combine(evaluate_batches(model, x, y, 0, n_batches(n, batch_size), device, batch_size), n)
+
+
+def n_batches(n: int, batch_size: int = EVAL_BATCH) -> int:
+    return -(-n // batch_size)
+
+
+@torch.inference_mode()
+def evaluate_batches(model: nn.Module, x, y, first: int, stop: int, device: str = "cpu",
+                     batch_size: int = EVAL_BATCH) -> list[tuple[int, float]]:
+    """(correct, summed loss) of evaluation batches first..stop-1: workers each take a range of batches,
+    and `combine` sums them in batch order, so the result is the same however they are split."""
+    if model.training:
+        model.eval()
+    out = []
+    for b in range(first, stop):  # batch by batch: numpy data moves one batch at a time
+        xb = as_tensor(x[b * batch_size:(b + 1) * batch_size], device)
+        yb = as_tensor(y[b * batch_size:(b + 1) * batch_size], device)
+        logits = model(xb)
+        out.append((int((logits.argmax(1) == yb).sum()),
+                    float(nn.functional.cross_entropy(logits, yb, reduction="sum").double())))
+    return out
+
+
+def combine(batches: list[tuple[int, float]], n: int) -> tuple[float, float]:
+    """(accuracy, mean loss) from per-batch (correct, summed loss), summed in batch order."""
+    correct, loss = 0, 0.0
+    for c, l in batches:
+        correct += c
+        loss += l
+    return correct / n, loss / n

@@ -33,7 +33,7 @@ from fl.data import Dataset, client_partitions
 from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
 from fl.policy import linear_codec, make_codec, make_index_policy, masks
 from fl.seeds import client_seed
-from fl.training import SGD, as_tensor, seed_torch, train_local
+from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
 from fl.transport import ReplyBuffer
 
 
@@ -77,9 +77,11 @@ class Worker:
             warnings.filterwarnings("ignore", "The given NumPy array is not writable")
             self.x, self.y = as_tensor(data.x_train, c.device), as_tensor(data.y_train, c.device)
         self.parts = [torch.from_numpy(p).to(c.device) for p in parts]
+        self.x_test, self.y_test = data.x_test, data.y_test  # evaluated a range of batches at a time
         torch.manual_seed(c.seed)
         self.model = flatten_parameters(build_model(c.model, data.input_shape, data.num_classes).to(c.device))
-        self.optimizer = SGD(self.model.parameters(), lr=c.fl.lr)
+        self.optimizer = SGD(self.model.parameters(), lr=c.fl.lr, momentum=c.fl.momentum,
+                             weight_decay=c.fl.weight_decay)
         self.length = sum(p.numel() for p in self.model.parameters())
         self.reference = np.zeros(self.length, np.float32)
         self.synced_round = -1
@@ -104,14 +106,26 @@ class Worker:
 
     # --- shared steps ---------------------------------------------------------------------------
 
-    def sync(self, broadcast: bytes, round: int) -> float:
-        """Apply the round's broadcast to the reference weights once per round; returns seconds."""
+    def sync(self, broadcast: bytes, round: int, catchup: bytes | None = None) -> float:
+        """Apply the round's broadcast to the reference weights once per round; returns seconds. A worker
+        that missed broadcasts (idle in a round, or revived) is sent `catchup`, the dense model before this
+        round, and applies it first: a delta on a stale model would train its clients from the wrong one."""
         if self.synced_round == round:
             return 0.0
         t0 = time.perf_counter()
+        if catchup is not None:
+            dense = wire.decode_broadcast(catchup, self.length)
+            if dense.is_delta or dense.round != round - 1:
+                raise wire.WireError(f"catch-up: round {dense.round} (delta {dense.is_delta}), expected a dense "
+                                     f"model of round {round - 1}")
+            self.reference = compression.get(dense.codec)().decode(dense.payload, self.length).copy()
+            self.synced_round = round - 1
         msg = wire.decode_broadcast(broadcast, self.length)
         if msg.round != round:
             raise wire.WireError(f"model broadcast: round {msg.round}, expected {round}")
+        if msg.is_delta and self.synced_round != round - 1:
+            raise wire.WireError(f"model broadcast: a delta for round {round} on a model of round "
+                                 f"{self.synced_round}, and no catch-up")
         values = compression.get(msg.codec)().decode(msg.payload, self.length)
         if msg.is_delta:
             self.reference += values
@@ -150,6 +164,14 @@ class Worker:
         return {"state_bytes": sum(r.nbytes for r in self.residuals.values()),
                 "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
+    def evaluate(self, weights: np.ndarray, first: int, stop: int) -> list[tuple[int, float]]:
+        """(correct, summed loss) of test batches first..stop-1 under `weights`: the workers evaluate the
+        test split in parallel, and the driver sums the batches in order (fl.training.combine)."""
+        set_flat(self.model, weights)
+        batches = evaluate_batches(self.model, self.x_test, self.y_test, first, stop, self.device)
+        self.model.train()
+        return batches
+
     # --- replies through shared memory (fl.transport) ------------------------------------------------
 
     def probe_replies(self, token: bytes):
@@ -170,22 +192,22 @@ class Worker:
 
     # --- without masking: one exchange ---------------------------------------------------------
 
-    def plain_round(self, broadcast: bytes, round: int, clients: list[int]):
+    def plain_round(self, broadcast: bytes, round: int, clients: list[int], catchup: bytes | None = None):
         """Train each client and return [(client id, ClientUpdate bytes or None if rejected)], timings."""
-        return _collect(self.plain_round_stream(broadcast, round, clients, chunk_bytes=None))
+        return _collect(self.plain_round_stream(broadcast, round, clients, catchup, chunk_bytes=None))
 
-    def plain_round_stream(self, broadcast: bytes, round: int, clients: list[int],
+    def plain_round_stream(self, broadcast: bytes, round: int, clients: list[int], catchup: bytes | None = None,
                            chunk_bytes: int | None = CHUNK_BYTES):
         """As `plain_round`, but yielding the messages as they are ready, in chunks of about `chunk_bytes`
         (None: one chunk at the end), then the timings dict. The server sums a batch's updates while
         this worker trains the next batch, and never holds all of a worker's messages at once."""
         t = defaultdict(float)
-        yield from _in_chunks(self._plain_messages(broadcast, round, clients, t), chunk_bytes)
+        yield from _in_chunks(self._plain_messages(broadcast, round, clients, catchup, t), chunk_bytes)
         t.update(self.stats())
         yield dict(t)
 
-    def _plain_messages(self, broadcast: bytes, round: int, clients: list[int], t: dict):
-        t["t_sync"] += self.sync(broadcast, round)
+    def _plain_messages(self, broadcast: bytes, round: int, clients: list[int], catchup, t: dict):
+        t["t_sync"] += self.sync(broadcast, round, catchup)
         for batch in _batches(clients, ENCODE_BATCH_BYTES // (4 * self.length)):
             trained = [(cid, *self._timed_train(cid, round, t)) for cid in batch]
             yield from self._encode_updates(trained, round, t)
@@ -242,23 +264,25 @@ class Worker:
         roster_msg = wire.decode_roster(roster)
         return self._step(clients, lambda cid, client: wire.encode_share_keys(client.share_keys(roster_msg)))
 
-    def masked_round(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int]):
+    def masked_round(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
+                     catchup: bytes | None = None):
         """Step 3: train, select the shared index set, quantize, sketch, mask; returns [(id, MaskedInput bytes)]."""
-        return _collect(self.masked_round_stream(broadcast, round, bundles, clients, chunk_bytes=None))
+        return _collect(self.masked_round_stream(broadcast, round, bundles, clients, catchup, chunk_bytes=None))
 
     def masked_round_stream(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
-                            chunk_bytes: int | None = CHUNK_BYTES):
+                            catchup: bytes | None = None, chunk_bytes: int | None = CHUNK_BYTES):
         """As `masked_round`, but yielding the messages in chunks of about `chunk_bytes` as they are
         ready, then the timings dict: the server adds them into its masked sum while this worker
         trains the next clients, and never holds all of a worker's masked vectors at once."""
         t = defaultdict(float)
-        yield from _in_chunks(self._masked_messages(broadcast, round, bundles, clients, t), chunk_bytes)
+        yield from _in_chunks(self._masked_messages(broadcast, round, bundles, clients, catchup, t), chunk_bytes)
         t.update(self.stats())
         yield dict(t)
 
-    def _masked_messages(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int], t: dict):
+    def _masked_messages(self, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int], catchup,
+                         t: dict):
         c = self.cfg
-        t["t_sync"] += self.sync(broadcast, round)
+        t["t_sync"] += self.sync(broadcast, round, catchup)
         idx = self.index_set
         n_max = c.fl.clients_per_round
         q_values = secagg.FixedPointQuantizer(c.secagg.clip, n_max)

@@ -1,7 +1,14 @@
 """Shared fixtures: one Ray runtime per test session (started here, shut down here)."""
+import atexit
 import os
+import shutil
+import tempfile
 
 import pytest
+
+# Unpacked dataset copies (fl.data's cache) go to a folder of this session, never the user's ~/.cache.
+os.environ["XDG_CACHE_HOME"] = _cache = tempfile.mkdtemp(prefix="fedsqueeze-test-cache-")
+atexit.register(shutil.rmtree, _cache, True)
 
 
 @pytest.fixture(scope="session")

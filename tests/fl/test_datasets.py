@@ -6,7 +6,7 @@ from urllib.error import URLError
 import numpy as np
 import pytest
 import torch
-from fixtures_datasets import dataset_cfg, synthetic_images
+from fixtures_datasets import dataset_cfg, synthetic_images, write_mnist
 from omegaconf import OmegaConf
 
 import fl
@@ -54,11 +54,75 @@ def test_each_dataset_reads_its_own_split_standardized_per_channel_with_train_st
     np.testing.assert_allclose(data.x_test, (raw[60:] - mean) / std, atol=1e-4)  # the test split: train statistics
 
 
-def test_gzipped_mnist_files_as_distributed_are_unpacked_and_read(tiny):
+def _listing(folder: Path) -> list:
+    return sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*"))
+
+
+def test_gzipped_files_as_distributed_are_unpacked_into_the_cache_never_beside_them(tiny, tmp_path):
     raw = tiny / "MNIST" / "raw"
     assert (raw / "train-images-idx3-ubyte.gz").exists()  # the fixture wrote only .gz files
-    load_dataset(dataset_cfg("mnist", tiny), seed=0)
-    assert (raw / "train-images-idx3-ubyte").exists()
+    before = _listing(raw)
+    cache = tmp_path / "cache"
+    data = load_dataset(dataset_cfg("mnist", tiny, cache=str(cache)), seed=0)
+    assert _listing(raw) == before and not (raw / "train-images-idx3-ubyte").exists()
+    unpacked = list(cache.rglob("train-images-idx3-ubyte"))
+    assert len(unpacked) == 1 and unpacked[0].parent.name == "raw"
+    stamp = unpacked[0].stat().st_mtime_ns
+    again = load_dataset(dataset_cfg("mnist", tiny, cache=str(cache)), seed=0)  # unpacked once
+    assert unpacked[0].stat().st_mtime_ns == stamp
+    np.testing.assert_array_equal(again.x_train, data.x_train)
+
+
+def _system_copy(tmp_path: Path, x, y) -> Path:
+    """Debian's layout: the four gzipped IDX files flat in one folder, made read-only."""
+    system = tmp_path / "usr-share-datasets" / "fashion-mnist"
+    write_mnist(tmp_path / "staging", "FashionMNIST", x[:60], y[:60], x[60:], y[60:], compress=True)
+    system.mkdir(parents=True)
+    for f in (tmp_path / "staging" / "FashionMNIST" / "raw").iterdir():
+        (system / f.name).write_bytes(f.read_bytes())
+        (system / f.name).chmod(0o444)
+    system.chmod(0o555)
+    return system
+
+
+def test_a_system_folder_is_found_after_root_and_its_listing_never_changes(tmp_path):
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    system = _system_copy(tmp_path, x, y)
+    before = _listing(system)
+    cache = tmp_path / "cache"
+    cfg = dataset_cfg("fashion_mnist", tmp_path / "empty-root", system_dirs=[str(tmp_path / "nowhere"), str(system)],
+                      cache=str(cache))
+    data = load_dataset(cfg, seed=0)
+    np.testing.assert_array_equal(data.y_train, y[:60])
+    np.testing.assert_array_equal(data.y_test, y[60:])
+    assert _listing(system) == before
+    assert not (tmp_path / "empty-root").exists()  # root is looked at, never created
+    assert len(list(cache.rglob("t10k-labels-idx1-ubyte"))) == 1
+
+
+def test_files_under_root_win_over_the_system_folder(tiny, tmp_path):
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    system = _system_copy(tmp_path, x, y)
+    data = load_dataset(dataset_cfg("fashion_mnist", tiny, system_dirs=[str(system)], cache=str(tmp_path / "c")),
+                        seed=0)
+    np.testing.assert_array_equal(data.y_train, synthetic_images(80, (28, 28), seed=2)[1][:60])  # the tiny root's
+    assert not (tmp_path / "c").exists()  # plain files in torchvision's layout are read where they are
+
+
+def test_missing_files_name_every_place_looked_and_both_ways_to_get_them(tmp_path):
+    cfg = fl.compose(["dataset=fashion_mnist", f"dataset.root={tmp_path}",
+                      f"dataset.system_dirs=[{tmp_path / 'sys1'},{tmp_path / 'sys2'}]"])
+    with pytest.raises(ConfigError) as err:
+        validate(cfg)
+    message = str(err.value)
+    for place in (tmp_path / "FashionMNIST" / "raw", tmp_path / "sys1", tmp_path / "sys2"):
+        assert str(place) in message
+    assert "apt-get install dataset-fashion-mnist" in message and "dataset.download=true" in message
+
+
+def test_fashion_mnist_config_looks_in_debians_folder_by_default():
+    cfg = fl.compose(["dataset=fashion_mnist"])
+    assert list(cfg.dataset.system_dirs) == ["/usr/share/datasets/fashion-mnist"]
 
 
 @pytest.mark.parametrize("name", ["mnist", "fashion_mnist", "cifar10"])

@@ -83,7 +83,7 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame
     worker_round: dict[int, int] = {}  # worker -> last round whose broadcast it applied
     broadcast_sizes: list[int] = []
     rows = []
-    last_applied = True
+    aborted_rounds: list[int] = []  # masked rounds not applied: residuals staged in them are dropped
     log.start(cfg_dict)
     summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
     summary.to_csv(log.dir / "partitions.csv")  # per-client sample and class counts, once per run
@@ -122,8 +122,9 @@ def _run(cfg, cfg_dict, chash, run_id, log, pool, data, t_setup) -> pd.DataFrame
             tally = Tally(row, stats, bytes_down)
             if masked:
                 applied = _masked_round(cfg, pool, tally, r, chash, cohort, by_worker, sync, policy, k, positions,
-                                        weights, last_applied, accumulator)
-                last_applied = applied
+                                        weights, aborted_rounds, accumulator)
+                if not applied:
+                    aborted_rounds.append(r)
             else:
                 _plain_round(pool, tally, r, length, by_worker, sync, weights)
             t0 = time.perf_counter()
@@ -237,7 +238,7 @@ def _plain_round(pool, tally: Tally, r: int, length: int, by_worker, sync: Sync,
 
 
 def _masked_round(cfg, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker, sync: Sync, policy,
-                  k: int, positions: np.ndarray, weights: np.ndarray, last_applied: bool,
+                  k: int, positions: np.ndarray, weights: np.ndarray, aborted_rounds: list[int],
                   accumulator: SketchAccumulator | None) -> bool:
     """With masking: advertise keys -> share keys -> masked input -> unmask, one call per worker per
     step. Dropouts are injected before each of the last three steps (seeded); a worker that dies drops
@@ -281,7 +282,7 @@ def _masked_round(cfg, pool, tally: Tally, r: int, chash: str, cohort: list[int]
         alive -= lost
 
     try:
-        for cid, msg in call("advertise", lambda w, cs: (r, session, cohort, cs, agg.length, last_applied),
+        for cid, msg in call("advertise", lambda w, cs: (r, session, cohort, cs, agg.length, aborted_rounds),
                              "advertise"):
             tally.up_protocol += len(msg)
             tally.timed("t_aggregate", agg.add_keys, msg)

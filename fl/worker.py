@@ -89,6 +89,7 @@ class Worker:
         self.residuals: dict[int, np.ndarray] = {}
         self.pending: dict[int, secagg.Client] = {}  # this round's protocol state, per client
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
+        self.staged_round = -1
         layers = [p.numel() for p in self.model.parameters()]
         self.client_codec = make_codec(c, layers) if c.compression.client else compression.get("none")()
         # Under masking a linear codec (count sketch) masks its table; its error feedback is the server's.
@@ -230,12 +231,13 @@ class Worker:
     # --- with masking: advertise keys -> share keys -> masked input -> unmask --------------------
 
     def advertise(self, round: int, session: bytes, cohort: list[int], clients: list[int], masked_length: int,
-                  last_round_applied: bool):
+                  aborted_rounds: list[int]):
         """Step 1: two fresh key pairs per client; returns [(client id, AdvertiseKeys bytes)], stats.
 
-        Residuals staged by the previous masked round are kept only if that round was applied (an
-        aborted round sent nothing the model used, so its clients keep their old residuals)."""
-        if last_round_applied:
+        Residuals staged by this worker's last masked round are kept only if that round was applied (an
+        aborted round sent nothing the model used, so its clients keep their old residuals). That round
+        may be any earlier one: a worker with no client in a round is not called."""
+        if self.staged_round not in aborted_rounds:
             for cid, residual in self.staged.items():
                 self._keep_residual(cid, residual)
         self.staged = {}
@@ -283,6 +285,7 @@ class Worker:
                          t: dict):
         c = self.cfg
         t["t_sync"] += self.sync(broadcast, round, catchup)
+        self.staged_round = round
         idx = self.index_set
         n_max = c.fl.clients_per_round
         q_values = secagg.FixedPointQuantizer(c.secagg.clip, n_max)

@@ -1,0 +1,92 @@
+"""Local SGD (momentum, weight decay) and evaluation split across workers."""
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+import fl
+from fl.config import ConfigError, as_dict, validate
+from fl.models import build_model
+from fl.pool import InlinePool
+from fl.results import config_hash
+from fl.simulation import Evaluator
+from fl.training import SGD, evaluate, train_local
+
+
+def _pair(seed=0):
+    torch.manual_seed(seed)
+    a = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    b = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    b.load_state_dict(a.state_dict())
+    return a, b
+
+
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.9, 0.0), (0.0, 1e-2), (0.9, 1e-5)])
+def test_sgd_takes_the_steps_of_torch_optim_sgd(momentum, weight_decay):
+    ours, reference = _pair()
+    x, y = torch.randn(96, 8), torch.randint(0, 3, (96,))
+    train_local(ours, SGD(ours.parameters(), 0.05, momentum, weight_decay), x, y, 2, 16, seed=3)
+    train_local(reference, torch.optim.SGD(reference.parameters(), lr=0.05, momentum=momentum,
+                                           weight_decay=weight_decay), x, y, 2, 16, seed=3)
+    for p, q in zip(ours.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_momentum_restarts_with_each_clients_training():
+    """No velocity crosses clients: a second client trains as if its optimizer were new."""
+    shared, fresh = _pair()
+    x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+    optimizer = SGD(shared.parameters(), 0.05, momentum=0.9)
+    start = [p.detach().clone() for p in shared.parameters()]
+    train_local(shared, optimizer, x, y, 1, 16, seed=1)  # client A leaves velocity behind
+    with torch.no_grad():
+        for p, s in zip(shared.parameters(), start):
+            p.copy_(s)
+    train_local(shared, optimizer, x[:32], y[:32], 1, 16, seed=2)  # client B from the same start
+    train_local(fresh, SGD(fresh.parameters(), 0.05, momentum=0.9), x[:32], y[:32], 1, 16, seed=2)
+    for p, q in zip(shared.parameters(), fresh.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_momentum_and_weight_decay_are_checked_and_leave_the_config_hash_alone_at_zero():
+    base = validate(fl.compose(["secagg=none"]))
+    explicit = validate(fl.compose(["secagg=none", "fl.momentum=0.0", "fl.weight_decay=0.0"]))
+    assert config_hash(as_dict(base)) == config_hash(as_dict(explicit))
+    plain = as_dict(base)
+    for key in ("momentum", "weight_decay"):
+        del plain["fl"][key]  # a run recorded before the keys existed
+    del plain["model"]["padding"], plain["dataset"]["system_dirs"], plain["dataset"]["cache"]
+    assert config_hash(plain) == config_hash(as_dict(base))
+    assert config_hash(as_dict(validate(fl.compose(["secagg=none", "fl.momentum=0.9"])))) != config_hash(plain)
+    for bad in ("fl.momentum=1.0", "fl.momentum=-0.1", "fl.weight_decay=-1e-5"):
+        with pytest.raises(ConfigError, match="momentum"):
+            validate(fl.compose([bad]))
+
+
+def test_lenet_with_valid_padding_is_the_niid_bench_cnn():
+    model = build_model(OmegaConf.create({"name": "lenet", "channels": [6, 16], "hidden": [120, 84],
+                                          "padding": "valid"}), (1, 28, 28), 10)
+    assert sum(p.numel() for p in model.parameters()) == 44_426  # 16*4*4 = 256 features into 120-84-10
+    assert validate(fl.compose(["+experiment=niid_bench", "secagg=none"])).fl.momentum == 0.9
+    with pytest.raises(ConfigError, match="padding"):
+        validate(fl.compose(["model=lenet", "model.padding=full"]))
+
+
+@pytest.mark.parametrize("workers", [2, 3, 7])
+def test_evaluation_split_across_workers_gives_the_figures_of_one_process(workers):
+    from fl.data import Dataset
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(5000, 64)).astype(np.float32)  # five evaluation batches of up to 1024
+    y = rng.integers(0, 10, 5000).astype(np.int64)
+    data = Dataset(x[:100], y[:100], x, y, 10)
+    cfg = validate(fl.compose(["model=mlp_small", "secagg=none", "backend=inline", "fl.num_clients=10"]))
+    pool = InlinePool(as_dict(cfg), workers)
+    pool.attach(data)
+    torch.manual_seed(1)
+    model = build_model(cfg.model, (64,), 10)
+    weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
+    expected = evaluate(model, x, y)
+    evaluator = Evaluator(pool, workers, build_model(cfg.model, (64,), 10), x, y, "cpu")
+    assert len(evaluator.ranges) == min(workers, 5)
+    assert evaluator(weights) == expected  # exactly: whole batches, summed in batch order

@@ -36,6 +36,6 @@ def main(cfg: DictConfig) -> None:
 
 if __name__ == "__main__":
     main()
-    # The process ends here: keep its ~300k long-lived objects (torch, Ray, Hydra) out of the final
-    # garbage collection, which took 0.5-1 s of every run's wall time.
+    # The process ends here: keep its long-lived objects (torch, Ray, Hydra) out of the final garbage
+    # collection, a noticeable part of a short run's wall time.
     gc.freeze()

@@ -25,8 +25,8 @@ import numpy as np
 
 from .base import Codec, DecodeError, check_length, check_payload_length, check_seed, check_vector, read_header
 from .packing import check_encodable_length, check_total
-from .positions import topk_positions
 from .registry import register
+from .selection import topk_positions
 from .sketch import CountSketch
 
 __all__ = ["CountSketchCompression", "SketchAccumulator"]
@@ -62,11 +62,10 @@ class CountSketchCompression(Codec):
 
     Why these defaults: the values come from the sketch, so the decoded entries must be true heavy
     hitters. With one row every entry of a bucket gets the bucket's whole value, and decoding k =
-    cols/2 entries multiplies the mass; error feedback then diverges (residual norm x1e10 within 40
-    rounds, measured on n = 2e4, client or server side). With 5 rows and k = cols/16 the residual
-    stayed bounded over 100 rounds at ratios 0.5, 0.1 and 0.01; 3 rows, or 5 rows with k = cols/8,
-    diverged at ratio 0.01. (The index policy's 1-row sketch is a different use: it only picks
-    positions, whose values then travel exactly.) FetchSGD itself used 5 rows and k = cols/20.
+    cols/2 entries multiplies the mass, so error feedback diverges; 5 rows with k = cols/16 keep the
+    residual bounded down to ratio 0.01, where 3 rows or k = cols/8 do not (docs/performance.md).
+    (The index policy's 1-row sketch is a different use: it only picks positions, whose values then
+    travel exactly.) FetchSGD itself used 5 rows and k = cols/20.
 
     Biased (top-k of an estimate): use with error feedback, on the client (`ErrorFeedback`) or on
     the server (`SketchAccumulator`, the FetchSGD way).

@@ -1,11 +1,6 @@
-"""Top-k selection and the position encodings that top-k style codecs share.
+"""Position encodings: how a sorted set of k distinct positions in [0, n) is stored, in the smallest of four.
 
-Selection: `topk_positions` keeps exactly k = `topk_count(n, ratio)` largest-magnitude entries, ties
-to the lowest index, from an exact threshold (np.partition) or, optionally, a threshold bracketed
-from a small random sample and then made exact (the result is the same; only the cost differs).
-
-A sorted set of k distinct positions in [0, n) is stored in whichever of four encodings is smallest
-(ties go to the earlier one in this list):
+The payload layouts of top-k style codecs refer here. Encodings (ties go to the earlier one in this list):
 
   0 bitmap:  ceil(n/8) bytes; bit i (little bit order, np.packbits) set iff position i is kept.
   1 varint:  k unsigned LEB128 varints: the first position, then the gap to each next one.
@@ -22,19 +17,26 @@ A sorted set of k distinct positions in [0, n) is stored in whichever of four en
 The bitmap costs n/8 bytes whatever k is; rice costs about k*(log2(n/k) + 1.5)/8 and is never much
 worse than the bitmap; varint and uint16 are byte-aligned and cheaper to decode. For each k the
 exact size of every candidate is computed (after an O(1) lower bound rules out the hopeless ones),
-so the payload always holds the smallest.
+so the payload always holds the smallest. Selection lives in `selection`, the varint and Golomb-Rice
+codes in `varint` and `rice`; their names stay importable from here.
 """
 
 from __future__ import annotations
 
-import functools
-import math
-from fractions import Fraction
-
 import numpy as np
 
-from .base import NON_FINITE, DecodeError
-from .packing import layer_sizes, pack_codes, packed_size, unpack_codes
+from .base import DecodeError
+from .rice import _gaps, _rice_decode, _rice_deltas, _rice_encode, _rice_lower_bound, _rice_parameter
+from .selection import (  # noqa: F401  (re-exported: tests import them from here)
+    _sampled_threshold,
+    _select,
+    layered_count,
+    sample_index,
+    select_topk,
+    topk_count,
+    topk_positions,
+)
+from .varint import _varint_decode, _varint_encode, _varint_lengths
 
 __all__ = [
     "topk_count",
@@ -56,285 +58,6 @@ __all__ = [
 BITMAP, VARINT, UINT16, RICE = 0, 1, 2, 3
 ENCODING_NAMES = ("bitmap", "varint", "uint16", "rice")
 BLOCK = 1 << 16
-_MAX_VARINT_BYTES = 5  # enough for any uint32
-_MAX_RICE_PARAMETER = 32
-_SAMPLED_MIN_LENGTH = 4096  # below this a sample would be a large share of the vector: use the exact threshold
-
-
-# --- selection ----------------------------------------------------------------------------------
-
-def topk_count(n: int, ratio: float) -> int:
-    """k = ceil(ratio * n), clamped to [1, n], with `ratio` read as the decimal it prints as.
-
-    In binary floating point 0.07 * 100 is 7.000000000000001, whose ceiling is 8; reading the ratio
-    as the decimal the user wrote in the config gives the k they meant (7).
-    """
-    return _topk_count(int(n), float(ratio))
-
-
-@functools.lru_cache(maxsize=1024)
-def _topk_count(n: int, ratio: float) -> int:  # Fraction(repr()) costs ~10 us; a run asks for few (n, ratio)
-    return min(max(math.ceil(Fraction(repr(ratio)) * n), 1), n)
-
-
-def topk_positions(vector: np.ndarray, k: int, sample: np.ndarray | None = None) -> np.ndarray:
-    """Sorted int64 positions of exactly `k` largest |vector| entries; ties go to the lowest index.
-
-    `sample` (positions from `sample_index`) switches to the sampled threshold; the result is the
-    same. `vector` must be 1-D and finite.
-    """
-    magnitude = np.abs(np.asarray(vector))
-    n = magnitude.size
-    if magnitude.ndim != 1:
-        raise ValueError(f"expected a 1-D vector, got shape {magnitude.shape}")
-    if not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, {n}], got {k}")
-    if not np.isfinite(magnitude).all():
-        raise ValueError("vector contains NaN or Inf")
-    return _select(magnitude, k, sample)[0]
-
-
-def select_topk(vector: np.ndarray, ratio: float, layout: np.ndarray | None = None,
-                sampled_seed: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """(sorted int64 positions, boolean mask of them) for a non-empty 1-D float32 vector.
-
-    Without `layout`, k = topk_count(n, ratio) over the whole vector (global selection); with it
-    (int64 layer sizes summing to n), topk_count(size, ratio) in each layer separately. A
-    `sampled_seed` selects the sampled threshold (same result, see `_sampled_threshold`).
-    ValueError if the vector holds NaN or Inf (checked on the magnitudes, which are needed anyway).
-    """
-    magnitude = np.abs(vector)
-    if not np.isfinite(magnitude.max()):  # NaN propagates through max, and |-Inf| = Inf
-        raise ValueError(NON_FINITE)
-    if layout is None or layout.size == 1:
-        sample = None if sampled_seed is None else sample_index(vector.size, sampled_seed)
-        return _select(magnitude, topk_count(vector.size, ratio), sample)
-    parts, masks, start = [], [], 0
-    for size in layout.tolist():
-        sample = None if sampled_seed is None else sample_index(size, sampled_seed)
-        positions, mask = _select(magnitude[start:start + size], topk_count(size, ratio), sample)
-        parts.append(positions + start)
-        masks.append(mask)
-        start += size
-    return np.concatenate(parts), np.concatenate(masks)
-
-
-@functools.lru_cache(maxsize=64)
-def sample_index(n: int, seed: int = 0) -> np.ndarray | None:
-    """Random positions (with repetition) at which the sampled threshold looks, or None for short vectors.
-
-    Size min(n, max(1024, 16 * sqrt(n))); fixed per (n, seed), so repeated encodes pay for it once.
-    """
-    if n < _SAMPLED_MIN_LENGTH:
-        return None
-    size = min(n, max(1024, int(16 * math.sqrt(n))))
-    index = np.random.default_rng([seed, n]).integers(0, n, size=size)
-    index.setflags(write=False)
-    return index
-
-
-def _select(magnitude: np.ndarray, k: int, sample: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-    """Exactly k positions of the largest magnitudes (lowest index first among ties) and their mask."""
-    n = magnitude.size
-    if k == n:
-        return np.arange(n, dtype=np.int64), np.ones(n, dtype=bool)
-    threshold = _sampled_threshold(magnitude, k, sample) if sample is not None else None
-    if threshold is None:
-        threshold = np.partition(magnitude, n - k)[n - k]
-    mask = magnitude >= threshold
-    count = int(np.count_nonzero(mask))
-    if count > k:  # too many ties at the threshold: keep the lowest-index ones
-        ties = np.flatnonzero(magnitude == threshold)
-        mask[ties[k - (count - ties.size):]] = False
-    return np.flatnonzero(mask).astype(np.int64, copy=False), mask
-
-
-def _sampled_threshold(magnitude: np.ndarray, k: int, sample: np.ndarray):
-    """The exact k-th largest magnitude, found from a sample, or None (then the caller partitions all).
-
-    1. From the sample, bracket the threshold: t_high with about k - 4 sigma entries above it, t_low
-       with about k + 4 sigma (sigma: the binomial spread of the sample count).
-    2. Count above = #(m > t_high); the band = entries in [t_low, t_high]. If above < k <= above +
-       band size, the k-th largest overall is the (k - above)-th largest of the band: partition only
-       the band. Otherwise (a bad sample, probability ~1e-4) return None.
-    """
-    n = magnitude.size
-    values = magnitude.take(sample)
-    s = values.size
-    kept = k / n
-    spread = 4.0 * math.sqrt(s * kept * (1.0 - kept)) + 2.0
-    low_rank = math.floor(s * (1.0 - kept) - spread)  # ascending rank of t_low in the sample
-    high_rank = math.ceil(s * (1.0 - kept) + spread)
-    ranks = [r for r in (low_rank, high_rank) if 0 <= r < s]
-    if ranks:
-        values = np.partition(values, ranks)
-    t_low = values[low_rank] if low_rank >= 0 else magnitude.dtype.type(0)
-    if high_rank < s:
-        t_high = values[high_rank]
-        above = int(np.count_nonzero(magnitude > t_high))
-        in_band = (magnitude >= t_low) & (magnitude <= t_high)
-    else:
-        above = 0
-        in_band = magnitude >= t_low
-    band = magnitude[in_band]
-    if not above < k <= above + band.size or band.size > n // 2:
-        return None
-    rank = band.size - (k - above)
-    return np.partition(band, rank)[rank]
-
-
-# --- varints ------------------------------------------------------------------------------------
-
-_VARINT_STEPS = np.array([1 << 7, 1 << 14, 1 << 21, 1 << 28], dtype=np.int64)
-
-
-def _varint_lengths(values: np.ndarray) -> np.ndarray:
-    """Bytes of each value as an unsigned LEB128 varint (values < 2**35)."""
-    return np.searchsorted(_VARINT_STEPS, values.astype(np.int64, copy=False), side="right") + 1
-
-
-def _varint_encode(values: np.ndarray) -> bytes:
-    """Unsigned LEB128: 7 bits per byte, low bits first, high bit set on all but the last byte.
-
-    Vectorized: one pass per byte position (at most 5), never one per value.
-    """
-    values = values.astype(np.uint64)
-    lengths = _varint_lengths(values)
-    starts = np.cumsum(lengths) - lengths
-    out = np.empty(int(lengths.sum()), dtype=np.uint8)
-    for j in range(_MAX_VARINT_BYTES):
-        has = np.flatnonzero(lengths > j)
-        if has.size == 0:
-            break
-        byte = (values[has] >> np.uint64(7 * j)) & np.uint64(0x7F)
-        byte |= np.where(lengths[has] > j + 1, np.uint64(0x80), np.uint64(0))
-        out[starts[has] + j] = byte
-    return out.tobytes()
-
-
-def _varint_decode(data: np.ndarray, count: int, what: str = "topk") -> tuple[np.ndarray, int]:
-    """The first `count` varints of `data` (uint8) as uint64, and how many bytes they took."""
-    window = data[: count * _MAX_VARINT_BYTES]  # `count` varints can't take more bytes than this
-    ends = np.flatnonzero(window < 0x80)[:count]  # a byte without the continuation bit ends a varint
-    if ends.size < count:
-        if window.size == count * _MAX_VARINT_BYTES:  # room for `count` varints of legal length
-            raise DecodeError(f"{what} varint longer than {_MAX_VARINT_BYTES} bytes")
-        raise DecodeError(f"{what} payload truncated: varint stream ends after {ends.size} of {count} values")
-    starts = np.concatenate(([0], ends[:-1] + 1))
-    lengths = ends - starts + 1
-    if (lengths > _MAX_VARINT_BYTES).any():
-        raise DecodeError(f"{what} varint longer than {_MAX_VARINT_BYTES} bytes")
-    if ((lengths > 1) & (data[ends] == 0)).any():
-        raise DecodeError(f"{what} varint not minimally encoded")
-    values = np.zeros(count, dtype=np.uint64)
-    for j in range(_MAX_VARINT_BYTES):
-        has = np.flatnonzero(lengths > j)
-        if has.size == 0:
-            break
-        values[has] |= (data[starts[has] + j] & np.uint8(0x7F)).astype(np.uint64) << np.uint64(7 * j)
-    return values, int(ends[-1]) + 1
-
-
-# --- Golomb-Rice --------------------------------------------------------------------------------
-
-def _gaps(positions: np.ndarray) -> np.ndarray:
-    """The first position, then p_i - p_{i-1} (int64; np.diff with prepend is several times slower)."""
-    gaps = np.empty_like(positions)
-    gaps[0] = positions[0]
-    np.subtract(positions[1:], positions[:-1], out=gaps[1:])
-    return gaps
-
-
-def _rice_deltas(positions: np.ndarray, gaps: np.ndarray | None = None) -> np.ndarray:
-    """d_0 = p_0, d_i = p_i - p_{i-1} - 1 (int64, all >= 0 for strictly increasing positions)."""
-    deltas = (_gaps(positions) if gaps is None else gaps) - 1
-    deltas[0] += 1
-    return deltas
-
-
-def _rice_size(deltas: np.ndarray, b: int) -> int:
-    k = deltas.size
-    return 1 + packed_size(k, b) + packed_size(int((deltas >> b).sum()) + k, 1)
-
-
-def _rice_lower_bound(k: int, last: int) -> int:
-    """A lower bound on the rice size for k positions ending at `last`, in O(1).
-
-    With T = last + 1 = sum(d_i + 1): the unary part has sum(d_i >> b) + k >= max(T / 2^b, k) bits,
-    so size(b) >= g(b) = 1 + ceil(k*b/8) + ceil(max(ceil(T/2^b), k)/8), and also
-    size(b) >= 1 + f(b)/8 with f(b) = k*b + max(T/2^b, k), which is convex in real b with its minimum
-    at b* = log2(T ln2 / k). So: g at the two integers around b*, and f one step further out on
-    each side (f only grows beyond them), bound every b.
-    """
-    total = last + 1
-    best_real = min(max(math.log2(total * math.log(2) / k), 0.0), _MAX_RICE_PARAMETER)
-    low, high = math.floor(best_real), min(math.floor(best_real) + 1, _MAX_RICE_PARAMETER)
-    bound = min(1 + packed_size(k, b) + packed_size(max((total + (1 << b) - 1) >> b, k), 1) for b in (low, high))
-    for b in (low - 1, high + 1):
-        if 0 <= b <= _MAX_RICE_PARAMETER:
-            bits = k * b + max(total / 2**b, k)
-            bound = min(bound, 1 + math.ceil(bits / 8 - 1e-9))
-    return bound
-
-
-def _rice_parameter(deltas: np.ndarray) -> tuple[int, int]:
-    """(b, size): start at floor(log2(mean gap * ln2)), move to a smaller neighbour while there is one."""
-    k = deltas.size
-    mean = (int(deltas.sum()) + k) / k
-    b = min(max(math.floor(math.log2(max(mean * math.log(2), 1.0))), 0), _MAX_RICE_PARAMETER)
-    size = _rice_size(deltas, b)
-    for step in (1, -1):
-        moved = False
-        while 0 <= b + step <= _MAX_RICE_PARAMETER:
-            candidate = _rice_size(deltas, b + step)
-            if candidate >= size:
-                break
-            b, size, moved = b + step, candidate, True
-        if moved:
-            break
-    return b, size
-
-
-def _rice_encode(deltas: np.ndarray, b: int) -> bytes:
-    remainders = pack_codes(deltas & ((1 << b) - 1), b) if b else b""
-    ends = np.cumsum((deltas >> b) + 1) - 1  # each quotient q: q zero bits, then a one
-    bits = np.zeros(int(ends[-1]) + 1, dtype=bool)
-    bits[ends] = True
-    return bytes([b]) + remainders + np.packbits(bits, bitorder="little").tobytes()
-
-
-def _rice_decode(data: np.ndarray, n: int, k: int, what: str) -> tuple[np.ndarray, int]:
-    if data.size < 1:
-        raise DecodeError(f"{what} payload truncated: no rice parameter")
-    b = int(data[0])
-    if b > _MAX_RICE_PARAMETER:
-        raise DecodeError(f"{what} rice parameter {b} out of range [0, {_MAX_RICE_PARAMETER}]")
-    remainder_size = packed_size(k, b)
-    if data.size < 1 + remainder_size:
-        raise DecodeError(f"{what} payload truncated: rice remainders need {remainder_size} bytes, "
-                          f"got {data.size - 1}")
-    remainders = unpack_codes(data[1:1 + remainder_size], k, b, what).astype(np.uint64) if b else 0
-    # Valid positions below n have sum(d_i) <= n - k, so the unary part has at most this many bits:
-    longest = packed_size(((n - k) >> b) + k, 1)
-    window = data[1 + remainder_size: 1 + remainder_size + longest]
-    ones = np.flatnonzero(np.unpackbits(window, bitorder="little"))
-    if ones.size < k:
-        if window.size == longest:
-            raise DecodeError(f"{what} rice positions run past length {n}")
-        raise DecodeError(f"{what} payload truncated: rice unary part ends after {ones.size} of {k} values")
-    unary_size = int(ones[k - 1]) // 8 + 1
-    if ones.size > k and ones[k] < 8 * unary_size:
-        raise DecodeError(f"{what} rice unary part has padding bits set")
-    quotients = _rice_deltas(ones[:k])  # zeros between consecutive ones
-    quotients = np.minimum(quotients, (n >> b) + 1).astype(np.uint64)  # larger is out of range anyway
-    deltas = (quotients << np.uint64(b)) | remainders
-    positions = np.cumsum(np.minimum(deltas, np.uint64(n)) + np.uint64(1)) - np.uint64(1)
-    if positions[-1] >= n:
-        raise DecodeError(f"{what} rice positions run past length {n}")
-    return positions.astype(np.int64), 1 + remainder_size + unary_size
-
-
-# --- choosing and reading an encoding -------------------------------------------------------------
 
 def _uint16_counts(positions: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(positions >> 16, minlength=(n + BLOCK - 1) // BLOCK)
@@ -490,10 +213,3 @@ def check_positions(positions, n: int) -> np.ndarray:
     if positions[0] < 0 or positions[-1] >= n or (np.diff(positions) <= 0).any():
         raise ValueError(f"positions must be strictly increasing and in [0, {n})")
     return positions
-
-
-def layered_count(n: int, ratio: float, layout) -> int:
-    """Entries kept of a length-n vector: ceil(ratio x n) globally, or per layer when a layout is given."""
-    if layout is None:
-        return topk_count(n, ratio)
-    return sum(topk_count(size, ratio) for size in layer_sizes(layout, n).tolist())

@@ -17,8 +17,8 @@ from .base import (
     read_header,
 )
 from .packing import check_encodable_length, check_total
-from .positions import topk_count
 from .registry import register
+from .selection import topk_count
 
 __all__ = ["RandKCompression", "randk_positions"]
 

@@ -19,15 +19,9 @@ from .packing import (
     read_layout,
     unpack_codes,
 )
-from .positions import (
-    ENCODING_NAMES,
-    layered_count,
-    pack_positions,
-    position_sizes,
-    select_topk,
-    unpack_positions,
-)
+from .positions import ENCODING_NAMES, pack_positions, position_sizes, unpack_positions
 from .registry import register
+from .selection import layered_count, select_topk
 
 __all__ = ["TernaryCompression"]
 

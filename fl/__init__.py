@@ -1,10 +1,10 @@
 """The federated loop: data, models, local training, workers, server, wire and results.
 
 `fl.run_server(...)` keeps the older framework's call; `fl.run(cfg)` runs a composed Hydra config.
-The names below load on first use, so a Ray worker importing `fl.worker` does not pay for pandas
-and Hydra (a third of a second at every worker's start).
+The names below load on first use, so a Ray worker importing `fl.runtime.worker` does not pay for
+pandas and Hydra at its start.
 """
-from fl.config import ConfigError
+from fl.errors import ConfigError
 
 _API = ("build_config", "compose", "run_server")
 

@@ -14,6 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import compression
 import secagg
+from fl.data import DATASETS, PARTITIONS, check_files
+from fl.errors import ConfigError
 
 
 @dataclass
@@ -107,10 +109,6 @@ class Config:
     ray: RayConfig = field(default_factory=RayConfig)
 
 
-class ConfigError(ValueError):
-    """A configuration that must not run."""
-
-
 def register_schema() -> None:
     from hydra.core.config_store import ConfigStore
 
@@ -119,8 +117,7 @@ def register_schema() -> None:
 
 INDEX_POLICIES = ("sketch", "randk", "prev_topk")
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
-MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS
-DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")  # = fl.data.DATASETS
+MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
 
 
 def validate(cfg: DictConfig | Config) -> DictConfig:
@@ -146,7 +143,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"backend must be 'ray' or 'inline', got {c.backend!r}")
     if c.dataset.name not in DATASETS:
         raise ConfigError(f"unknown dataset {c.dataset.name!r}; available: {', '.join(DATASETS)}")
-    if c.dataset.partition not in ("iid", "dirichlet", "shards"):
+    if c.dataset.partition not in PARTITIONS:
         raise ConfigError(
             f"dataset.partition must be 'iid', 'dirichlet' or 'shards', got {c.dataset.partition!r}")
     if c.dataset.partition == "dirichlet" and not c.dataset.alpha > 0:
@@ -157,8 +154,6 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         if getattr(c.dataset, key) is not None and getattr(c.dataset, key) < 1:
             raise ConfigError(f"dataset.{key} must be >= 1 or null (all), got {getattr(c.dataset, key)}")
     if not c.dataset.download:  # missing files are refused here, in one line (DatasetNotFoundError is a ConfigError)
-        from fl.data import check_files
-
         check_files(c.dataset.name, c.dataset.root, c.dataset.system_dirs)
     if c.model.name not in MODELS:
         raise ConfigError(f"unknown model {c.model.name!r}; available: {', '.join(MODELS)}")
@@ -166,7 +161,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"model.padding must be 'same' or 'valid', got {c.model.padding!r}")
     if c.model.norm not in ("group", "batch"):
         raise ConfigError(f"model.norm must be 'group' or 'batch', got {c.model.norm!r}")
-    if c.device != "cpu":  # any other device is checked with torch, which takes 1.3 s to import
+    if c.device != "cpu":  # any other device is checked with torch, slow to import
         from fl.models import check_device
 
         try:

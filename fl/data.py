@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from fl.config import ConfigError
+from fl.errors import ConfigError
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
 PARTITIONS = ("iid", "dirichlet", "shards")
@@ -327,8 +327,13 @@ def partition_summary(labels: np.ndarray, parts: list[np.ndarray]):
     return table
 
 
-def client_partitions(cfg, labels: np.ndarray) -> list[np.ndarray]:
-    """The run's client partitions, from the config alone (the driver and every worker agree)."""
+def partition_args(cfg) -> dict:
+    """`partition`'s arguments for the run's clients, from the config alone (the driver and every worker agree)."""
     d = cfg.dataset
-    return partition(labels, cfg.fl.num_clients, d.partition, d.alpha, cfg.seed, min_size=1,
-                     shards_per_client=d.shards_per_client)
+    return dict(num_clients=int(cfg.fl.num_clients), scheme=str(d.partition), alpha=float(d.alpha),
+                seed=int(cfg.seed), min_size=1, shards_per_client=int(d.shards_per_client))
+
+
+def client_partitions(cfg, labels: np.ndarray) -> list[np.ndarray]:
+    """The run's client partitions."""
+    return partition(labels, **partition_args(cfg))

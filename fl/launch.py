@@ -1,10 +1,8 @@
 """Starting a run: refuse a bad configuration, skip a finished one, and start Ray while torch loads.
 
-This module imports neither torch nor the training loop. Ray's start (2.2-3.6 s here, much of it
-waiting on the processes it spawns) begins at once, while a thread imports torch (1.3 s on one
-core) and loads the dataset; Ray's prestarted workers import torch as soon as Ray is up. Before,
-the driver imported torch first and Ray started after it: `python simulate.py` with N = 10 and
-5 rounds took 7.8 s (median of 6) and 6.9 s this way (7.2 s in a second set), measured interleaved.
+This module imports neither torch nor the training loop: Ray's start, mostly waiting on the processes it
+spawns, begins at once, while a thread imports torch and loads the dataset, and Ray's prestarted workers
+import torch as soon as Ray is up. Start-up measurements: docs/performance.md.
 """
 from __future__ import annotations
 
@@ -13,7 +11,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from fl import raystart
+from fl.runtime import raystart
 from fl.config import as_dict, validate
 from fl.results import RunLog, config_hash
 
@@ -36,18 +34,17 @@ def run(cfg) -> pd.DataFrame:
         loading = loader.submit(_prepare, cfg)
         try:
             if cfg.backend == "ray":
-                raystart.start(cfg.ray.address)  # the pool uses this Ray; stopped by the pool, or below on an error
+                raystart.start(cfg.ray.address)  # the pool uses this Ray; stopped below, however the run ends
             from fl.simulation import simulate
 
             return simulate(cfg, cfg_dict, chash, log, t_start, loading)
         finally:
             if cfg.backend == "ray":
-                raystart.stop()  # nothing if the pool stopped it already, or if Ray was the caller's
+                raystart.stop()  # only a Ray started here: never the caller's
 
 
 def _prepare(cfg):
-    """While Ray starts: import the training loop (torch), then load the dataset. Importing torch
-    here rather than after ray.init took another 0.2 s off the median wall in the measurement above."""
+    """While Ray starts: import the training loop (torch), then load the dataset."""
     import fl.simulation  # noqa: F401  (the main thread's import then finds it loaded)
     from fl.data import load_dataset
 

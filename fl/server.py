@@ -1,12 +1,12 @@
-"""The server: global weights, the broadcast, and streaming aggregation (never all updates at once)."""
+"""The server role: the global weights, what clients hold (the broadcast and its error feedback), the
+shared index policy and the sketch accumulator, and which broadcast each client and worker last saw."""
 from __future__ import annotations
 
 import numpy as np
 
 import compression
-import secagg
+from compression.countsketch import SketchAccumulator
 from fl import wire
-from fl.policy import broadcast_codec
 
 
 class Broadcaster:
@@ -14,10 +14,10 @@ class Broadcaster:
     dense model; with server compression, the codec of (global - what clients hold): the part not
     sent stays in that difference, which is server-side error feedback."""
 
-    def __init__(self, cfg, length: int, layer_sizes: list[int] | None = None):
-        self.codec = broadcast_codec(cfg, layer_sizes)
+    def __init__(self, plan):
+        self.codec = plan.broadcast_codec
         self.dense = compression.get("none")()
-        self.length = length
+        self.length = plan.length
         self.view: np.ndarray | None = None  # the weights every client holds after the last broadcast
 
     def sends_delta(self) -> bool:
@@ -42,79 +42,83 @@ class Broadcaster:
                                      **wire.index_set_fields(positions, index_seed, self.length))
 
 
-class PlainAggregator:
-    """Weighted FedAvg of decoded client updates, summed one message at a time."""
+class Delivery:
+    """A round's broadcast as each worker needs it: with a catch-up first for a worker that missed one."""
 
-    def __init__(self, round: int, length: int):
-        self.round, self.length = round, length
-        self.total = np.zeros(length, np.float64)
-        self.scratch = np.empty(length, np.float64)  # reused: no 8n-byte allocation per message
-        self.weight = 0.0
-        self.rejected = 0
+    def __init__(self, server: Server, round: int, ref, catchup, stale: set[int]):
+        self.server, self.round, self.ref, self.catchup, self.stale = server, round, ref, catchup, stale
 
-    def add(self, message: bytes) -> None:
-        msg = wire.decode_update(message, self.round, self.length)
-        try:
-            update = compression.get(msg.codec)().decode(msg.payload, self.length)
-        except ValueError:  # includes compression.DecodeError: a non-finite or malformed payload is never summed
-            self.rejected += 1
-            raise
-        np.multiply(update, np.float64(msg.weight), out=self.scratch)  # in float64: weight * float64(update)
-        self.total += self.scratch
-        self.weight += msg.weight
-
-    def result(self) -> np.ndarray | None:
-        return None if self.weight == 0 else (self.total / self.weight).astype(np.float32)
+    def to(self, w: int) -> tuple:
+        """(broadcast, catch-up or None) for worker `w`, which is called now and so applies this round's."""
+        self.server.worker_round[w] = self.round
+        return self.ref, self.catchup if w in self.stale else None
 
 
-class MaskedAggregator:
-    """Server side of a masked round: the mask protocol's state machine (bytes in, bytes out) plus
-    dequantization. The masked vector is [k weighted values at the shared index set | weight |
-    residual sketch]; the server only ever sees the sum over the surviving clients."""
+class Server:
+    def __init__(self, plan, weights: np.ndarray):
+        self.plan = plan
+        self.weights = weights  # the global model, one flat float32 vector
+        self.broadcaster = Broadcaster(plan)
+        self.policy = plan.index_policy()  # the shared index set under masking; None otherwise
+        self.accumulator = SketchAccumulator(plan.linear, plan.length) if plan.linear is not None else None
+        self.positions: np.ndarray | None = None  # this round's shared index set
+        self.last_sync: dict[int, int] = {}  # client -> last round it received a broadcast
+        self.worker_round: dict[int, int] = {}  # worker -> last round whose broadcast it applied
+        self.sizes: list[int] = []  # broadcast bytes per round
+        self.aborted_rounds: list[int] = []  # masked rounds not applied: residuals staged in them are dropped
 
-    def __init__(self, cfg, session: bytes, cohort: list[int], k: int, sketch_cells: int):
-        self.k, self.sketch_cells = k, sketch_cells
-        self.length = k + 1 + sketch_cells
-        protocol = secagg.get(cfg.secagg.name)
-        self.config = secagg.make_round(protocol, session, cohort, self.length, cfg.secagg.threshold,
-                                        cfg.secagg.neighbours)
-        self.state = protocol.Server(self.config)
-        n_max = cfg.fl.clients_per_round
-        self.q_values = secagg.FixedPointQuantizer(cfg.secagg.clip, n_max)
-        self.q_weight = secagg.FixedPointQuantizer(cfg.secagg.max_weight, n_max)
-        self.q_sketch = secagg.FixedPointQuantizer(cfg.secagg.sketch_clip, n_max)
+    def forget(self, workers) -> None:
+        """Revived workers hold no model: they get a catch-up with their next broadcast."""
+        for w in workers:
+            self.worker_round.pop(w, None)
 
-    def add_keys(self, message: bytes) -> None:
-        self.state.receive_keys(wire.decode_advertise(message))
+    def broadcast(self, r: int, cohort: list[int], workers, put) -> tuple[Delivery, int, int]:
+        """Encode round r's broadcast (with the index set under masking) and put it (and a catch-up for
+        workers that missed one) where workers read it; returns the delivery, the downlink bytes of the
+        cohort and how many clients needed a catch-up."""
+        self.positions, index_seed = self.policy.positions(r) if self.policy is not None else (None, 0)
+        delta = self.broadcaster.sends_delta()
+        stale = {w for w in workers if self.worker_round.get(w, -1) != r - 1}
+        catchup = put(self.broadcaster.catchup(r)) if delta and stale else None
+        message = self.broadcaster.encode(r, self.weights, self.positions, index_seed)
+        down, catchups = self._downlink(cohort, r, len(message), delta)
+        return Delivery(self, r, put(message), catchup, stale), down, catchups
 
-    def roster(self) -> bytes:
-        return wire.encode_roster(self.state.roster())
+    def _downlink(self, cohort, r: int, size: int, delta: bool) -> tuple[int, int]:
+        """This broadcast per client plus, when it is a delta, what a client that missed rounds fetches first
+        (the broadcasts it missed, at most one dense model: round 0's size). A dense one needs no catch-up."""
+        total = catchups = 0
+        for cid in cohort:
+            missed = self.sizes[self.last_sync.get(cid, -1) + 1:r] if delta else []
+            total += size + (min(sum(missed), self.sizes[0]) if missed else 0)
+            catchups += bool(missed)
+            self.last_sync[cid] = r
+        self.sizes.append(size)
+        return total, catchups
 
-    def add_shares(self, message: bytes) -> None:
-        self.state.receive_shares(wire.decode_share_keys(message))
+    def sketch_cells(self, r: int) -> int:
+        """Cells of the masked vector after the values and weight: a linear codec's table or the residual sketch."""
+        if self.accumulator is not None:
+            return self.accumulator.table.size
+        sketch = self.policy.sketch(r)
+        return sketch.rows * sketch.cols if sketch is not None else 0
 
-    def bundles(self) -> dict[int, bytes]:
-        """The encrypted shares addressed to each client that sent shares, as one message per client."""
-        return {cid: wire.encode_share_bundle(b) for cid, b in self.state.bundles().items()}
+    def apply(self, update: np.ndarray | None) -> None:
+        """A plain round's mean update (None: nothing arrived)."""
+        if update is not None:
+            self.weights += update
 
-    def add(self, message: bytes) -> None:
-        self.state.add(wire.decode_masked(message, self.length))
+    def apply_masked(self, r: int, values: np.ndarray, weight: float, cells: np.ndarray | None) -> None:
+        """A masked round's mean values at the index set, or (linear codec) its mean table: the server's
+        sketch error feedback extracts the heavy hitters, and what is not extracted stays for later."""
+        if self.accumulator is not None:
+            self.accumulator.add(cells.reshape(self.accumulator.table.shape) / weight)
+            positions, values = self.accumulator.extract()
+            self.weights[positions] += values
+            return
+        self.weights[self.positions] += values
+        sketch = self.policy.sketch(r)
+        self.policy.observe(r, self.positions, values, None if cells is None else cells.reshape(sketch.rows, sketch.cols))
 
-    def unmask_request(self) -> tuple[bytes, tuple[int, ...]]:
-        request = self.state.unmask_request()
-        return wire.encode_unmask_request(request), request.survivors
-
-    def add_unmask(self, message: bytes) -> None:
-        self.state.receive_unmask(wire.decode_unmask_response(message))
-
-    def result(self) -> tuple[np.ndarray, float, np.ndarray | None]:
-        """(mean update at the index set, summed weight, summed sketch or None); raises RoundAborted."""
-        total = self.total = self.state.result()  # the field sum: all the server ever sees
-        weight = float(self.q_weight.dequantize(total[self.k:self.k + 1])[0])
-        if not weight > 0:
-            raise secagg.RoundAborted(f"summed FedAvg weight {weight} is not positive")
-        values = (self.q_values.dequantize(total[:self.k]) / weight).astype(np.float32)
-        sketch = None
-        if self.sketch_cells:
-            sketch = self.q_sketch.dequantize(total[self.k + 1:]).astype(np.float32)
-        return values, weight, sketch
+    def aborted(self, r: int) -> None:
+        self.aborted_rounds.append(r)

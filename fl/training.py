@@ -21,8 +21,7 @@ def seed_torch(seed: int, device: str | torch.device = "cpu") -> None:
     """Seed torch's generator on `device` (for models with randomness in their forward pass, e.g. dropout).
 
     torch.manual_seed would also queue lazy seeding for CUDA/XPU/MTIA, recording a Python stack trace
-    each time (about 0.6 ms a call without those devices): once per client per round, that was a
-    tenth of a small model's round. Same CPU stream as torch.manual_seed.
+    each time, once per client per round. Same CPU stream as torch.manual_seed.
     """
     torch.random.default_generator.manual_seed(int(seed))
     if torch.device(device).type == "cuda":
@@ -34,7 +33,7 @@ EVAL_BATCH = 1024  # evaluation batch: a worker evaluates whole batches, so any 
 
 class SGD:
     """Minibatch SGD with optional momentum and L2 weight decay (torch.optim.SGD's update rule), without
-    torch.optim, whose first construction imports torch._dynamo (about 2 s per worker process at start-up).
+    torch.optim, whose first construction imports torch._dynamo (seconds per worker process at start-up).
 
     Momentum buffers start empty for each client's local training (`reset`), as a client that builds its
     optimizer on every call does (Flower's niid_bench does): no state crosses clients or rounds.

@@ -14,7 +14,10 @@ to different clients. See docs/secagg.md.
 """
 
 from . import dh, none, secaggplus  # noqa: F401  (importing registers the protocols)
-from .dh import CIPHERTEXT_BYTES, Client, DHProtocol, SecAggProtocol, Server
+from .dh import DHProtocol, SecAggProtocol
+from .dh_checks import CIPHERTEXT_BYTES
+from .dh_client import Client
+from .dh_server import Server
 from .errors import ProtocolError, RoundAborted
 from .keys import generate_keypair, pairwise_seed, session_id
 from .messages import (

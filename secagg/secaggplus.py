@@ -20,7 +20,8 @@ ShareBundle and UnmaskResponse terms: up about 112 + 114 k + 46 (k + 1) + 4 L + 
 
 from __future__ import annotations
 
-from .dh import Client, Server
+from .dh_client import Client
+from .dh_server import Server
 from .registry import register
 
 

@@ -3,7 +3,8 @@
 A 32-byte secret is padded with one zero byte and cut into 11 chunks of 3 bytes (each < 2^24 < p); every
 chunk gets its own random polynomial of degree t - 1 with the chunk as constant term. Shares for all
 recipients and all chunks (of several secrets at once) come from one Horner evaluation over an
-(recipients x chunks) int64 array: every intermediate stays below p * p < 2^62, so int64 never overflows.
+(recipients x chunks) int64 array. Before each reduction a Horner step reaches (acc + a_j) * x <=
+2(p - 1)^2 < 2^63 (acc, a_j and x are each at most p - 1), so int64 never overflows.
 
 Client u's x-coordinate is u + 1. Reconstruction is Lagrange interpolation at 0 with the basis for a set
 of x-coordinates computed once and cached (`lagrange_basis`, an lru_cache on the tuple of x's): the server

@@ -48,11 +48,11 @@ def test_it_registers_and_is_built_from_a_ratio(example):
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 1000, 4321])
-def test_round_trip_is_sign_times_mean_magnitude_and_size_is_4_plus_ceil_n_over_8(example, n):
+def test_round_trip_is_sign_times_mean_magnitude_and_size_is_5_plus_ceil_n_over_8(example, n):
     name, cls = example
     vector = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     payload = cls(0.5).encode(vector)
-    assert len(payload) == 4 + -(-n // 8) == cls().size(n)
+    assert len(payload) == 5 + -(-n // 8) == cls().size(n)
     decoded = compression.get(name)().decode(payload, n)
     scale = np.float32(np.abs(vector.astype(np.float64)).mean())
     assert decoded.dtype == np.float32 and np.array_equal(decoded, np.where(vector < 0, -scale, scale))
@@ -61,12 +61,16 @@ def test_round_trip_is_sign_times_mean_magnitude_and_size_is_4_plus_ceil_n_over_
 def test_decoding_is_strict_and_encoding_refuses_nan(example):
     _, cls = example
     payload = cls().encode(np.arange(-5, 5, dtype=np.float32))  # n = 10: 6 padding bits
-    with pytest.raises(DecodeError, match="expected 6"):
+    with pytest.raises(DecodeError, match="expected 7"):
         cls().decode(payload[:-1], 10)
     with pytest.raises(DecodeError, match="padding bits"):
         cls().decode(payload[:-1] + bytes([payload[-1] | 0x80]), 10)
     with pytest.raises(DecodeError, match="scale"):
-        cls().decode(np.float32(np.nan).tobytes() + payload[4:], 10)
+        cls().decode(payload[:1] + np.float32(np.nan).tobytes() + payload[5:], 10)
+    with pytest.raises(DecodeError, match="version 2"):
+        cls().decode(bytes([2]) + payload[1:], 10)
+    with pytest.raises(DecodeError, match="trailing"):
+        cls().decode(payload + b"\0", 10)
     with pytest.raises(ValueError, match="NaN or Inf"):
         cls().encode(np.array([1.0, np.inf]))
 

@@ -18,12 +18,33 @@ def run(tmp_path, *overrides):
     return fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", *overrides]))
 
 
+# final accuracy after 6 rounds (mlp_small, 10 IID clients, ratio 0.1, no server compression, seed 0) must reach
+# a bar a few points below its measured figure: topk 0.853, randk 0.758, qsgd 0.881, fp16 0.875, int8 0.875,
+# ternary 0.847, countsketch 0.172 (a per-client sketch of 4,810 entries learns slowly)
+BARS = {"topk": 0.8, "randk": 0.7, "qsgd": 0.85, "fp16": 0.85, "int8": 0.85, "ternary": 0.8, "countsketch": 0.15}
+EXACT_SIZE = ("randk", "qsgd", "fp16", "int8", "countsketch")  # size() is exact; topk's and ternary's a bound
+
+
 @pytest.mark.parametrize("codec", [name for name in compression.names() if name != "none"])
-def test_every_registered_codec_trains_without_masking(tmp_path, codec):
-    rows = run(tmp_path, "model=mlp_small", "secagg=none", "fl.rounds=6", f"compression.name={codec}",
-               "compression.ratio=0.1", "compression.server=false")
+def test_every_registered_codec_trains_without_masking_and_sends_its_stated_size(tmp_path, codec):
+    """Each codec reaches its bar, and every update's bytes are those of its ClientUpdate with the codec's
+    stated payload size (exactly where the size does not depend on the data, at most that size otherwise)."""
+    from fl import wire
+    from fl.data import client_partitions, load_dataset
+
+    overrides = ["model=mlp_small", "secagg=none", "fl.rounds=6", f"compression.name={codec}",
+                 "compression.ratio=0.1", "compression.server=false"]
+    rows = run(tmp_path, *overrides)
     assert (rows["compression"] == codec).all()
-    assert rows["accuracy"].iloc[-1] > rows["accuracy"].iloc[0] or rows["accuracy"].iloc[-1] > 0.8
+    assert rows["accuracy"].iloc[-1] >= BARS[codec], rows["accuracy"].iloc[-1]
+    cfg = validate(fl.compose(overrides))
+    samples = [len(p) for p in client_partitions(cfg, load_dataset(cfg.dataset, cfg.seed).y_train)]
+    n, size = int(rows["n_params"].iloc[0]), compression.get(codec)(0.1).size(int(rows["n_params"].iloc[0]))
+    for r in range(6):
+        stated = sum(len(wire.encode_update(r, cid, codec, n, float(samples[cid]), bytes(size))) for cid in range(10))
+        sent = rows["bytes_up_payload"].iloc[r]
+        assert sent == stated if codec in EXACT_SIZE else 0.5 * stated < sent <= stated, (r, sent, stated)
+    assert (rows["bytes_up"] == rows["bytes_up_payload"]).all()  # no protocol bytes without masking
 
 
 def test_countsketch_under_dh_masking_runs_end_to_end_with_server_side_sketch_error_feedback(tmp_path):
@@ -65,19 +86,20 @@ def test_the_readme_codec_runs_a_whole_simulation(tmp_path, readme_codec):
 
 
 def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
-    from fl.worker import Worker
+    from fl.runtime.worker import Worker
 
     kept = []
-    original = Worker._timed_train
+    original = Worker.train
 
-    def spy(self, cid, round, t):
-        corrected, n = original(self, cid, round, t)
-        dense = self.client_codec.decode(self.client_codec.encode(corrected), self.length)
+    def spy(self, cid, round):
+        corrected, n = original(self, cid, round)
+        codec = self.plan.client_codec
+        dense = codec.decode(codec.encode(corrected), self.plan.length)
         sizes = [p.numel() for p in self.model.parameters()]
         kept.append([int((chunk != 0).sum()) for chunk in np.split(dense, np.cumsum(sizes)[:-1])])
         return corrected, n
 
-    monkeypatch.setattr(Worker, "_timed_train", spy)
+    monkeypatch.setattr(Worker, "train", spy)
     run(tmp_path, "model=mlp_small", "secagg=none", "fl.rounds=1", "compression.per_layer=true", "compression.ratio=0.1")
     assert kept and all(k == [410, 7, 64, 1] for k in kept)  # ceil(0.1 x size) of 4096, 64, 640, 10 per layer
 

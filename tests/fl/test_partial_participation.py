@@ -64,42 +64,38 @@ def test_a_compressed_broadcast_adds_one_catch_up_for_each_client_that_missed_on
     assert rows["catchups"].iloc[1:].sum() > 0
 
 
-@pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "secagg.dropout=0.1")])
+@pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "secagg.dropout=0.2")])
 def test_results_do_not_depend_on_the_number_of_workers_with_partial_participation(tmp_path, secagg):
     """With a compressed broadcast a worker idle in a round must still catch up on the model it missed."""
-    settings = ("compression=topk", "compression.ratio=0.1", "fl.num_clients=10", "fl.clients_per_round=5",
+    settings = ("compression=topk", "compression.ratio=0.1", "fl.num_clients=20", "fl.clients_per_round=10",
                 "fl.rounds=8", "dataset.partition=dirichlet", *secagg)
-    runs = [run(tmp_path / str(w), f"ray.num_workers={w}", *settings) for w in (1, 2, 5)]
+    runs = [run(tmp_path / str(w), f"ray.num_workers={w}", *settings) for w in (1, 2, 10)]
+    assert list(runs[2]["num_workers"].unique()) == [10]  # some of the ten are idle in a round
     for other in runs[1:]:
         for column in ("accuracy", "loss", "bytes_up", "bytes_down", "catchups", "dropped", "aborted"):
             np.testing.assert_array_equal(runs[0][column], other[column])
-    if "secagg.dropout=0.1" in secagg:  # rounds below t abort: their staged residuals are dropped on every worker
-        assert runs[0]["dropped"].sum() > 0 and runs[0]["aborted"].any()
-        assert runs[0]["accuracy"].iloc[-1] > 0.5
+    if "secagg.dropout=0.2" in secagg:  # rounds below t abort: their staged residuals are dropped on every worker
+        assert runs[0]["dropped"].sum() > 0 and runs[0]["aborted"].any() and not runs[0]["aborted"].all()
     else:
-        assert runs[0]["accuracy"].iloc[-1] > 0.8
+        assert runs[0]["accuracy"].iloc[-1] >= 0.75  # 0.800 (8 rounds, 20 Dirichlet clients, 10 a round)
 
 
 def test_a_worker_refuses_a_delta_on_a_stale_model_and_applies_a_catch_up_first():
-    from fl.data import load_dataset
-    from fl.worker import Worker
+    from fixtures_workers import attached_workers
+    from fl.rounds.client import sync
 
-    cfg = fl.compose(["model=mlp_small", "secagg=none", "compression.ratio=0.1", "fl.num_clients=4",
-                      "fl.clients_per_round=2", "backend=inline"])
-    from fl.config import as_dict, validate
-
-    cfg = validate(cfg)
-    worker = Worker(as_dict(cfg))
-    n = worker.attach(load_dataset(cfg.dataset, 0))
-    broadcaster = Broadcaster(cfg, n)
+    cfg, plan, (worker,) = attached_workers(["model=mlp_small", "secagg=none", "compression.ratio=0.1",
+                                             "fl.num_clients=4", "fl.clients_per_round=2", "backend=inline"])
+    n = plan.length
+    broadcaster = Broadcaster(plan)
     rng = np.random.default_rng(0)
     weights = [rng.normal(size=n).astype(np.float32) for _ in range(3)]
     first = broadcaster.encode(0, weights[0])
-    worker.sync(first, 0)
+    sync(worker, first, 0)
     broadcaster.encode(1, weights[1])  # this worker misses round 1
     catchup = broadcaster.catchup(2)
     third = broadcaster.encode(2, weights[2])
     with pytest.raises(wire.WireError, match="no catch-up"):
-        worker.sync(third, 2)
-    worker.sync(third, 2, catchup)
+        sync(worker, third, 2)
+    sync(worker, third, 2, catchup)
     np.testing.assert_array_equal(worker.reference, broadcaster.view)

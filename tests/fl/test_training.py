@@ -7,7 +7,8 @@ from omegaconf import OmegaConf
 import fl
 from fl.config import ConfigError, as_dict, validate
 from fl.models import build_model
-from fl.pool import InlinePool
+from fl.plan import Plan
+from fl.runtime.pool import InlinePool
 from fl.results import config_hash
 from fl.simulation import Evaluator
 from fl.training import SGD, evaluate, train_local
@@ -81,8 +82,8 @@ def test_evaluation_split_across_workers_gives_the_figures_of_one_process(worker
     y = rng.integers(0, 10, 5000).astype(np.int64)
     data = Dataset(x[:100], y[:100], x, y, 10)
     cfg = validate(fl.compose(["model=mlp_small", "secagg=none", "backend=inline", "fl.num_clients=10"]))
-    pool = InlinePool(as_dict(cfg), workers)
-    pool.attach(data)
+    pool = InlinePool("cpu", workers)
+    pool.attach(data, Plan.build(cfg, [p.numel() for p in build_model(cfg.model, (64,), 10).parameters()]))
     torch.manual_seed(1)
     model = build_model(cfg.model, (64,), 10)
     weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()

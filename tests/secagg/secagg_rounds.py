@@ -1,4 +1,5 @@
-"""Drive whole rounds of a mask protocol in-process, with clients that vanish before chosen steps."""
+"""Drive whole rounds of a mask protocol in-process, with clients that vanish before chosen steps,
+and stop a round before one step so a test can feed that step one bad message."""
 
 from __future__ import annotations
 
@@ -98,3 +99,30 @@ def run_round(protocol, ids, inputs, drop_share=(), drop_masked=(), drop_unmask=
     r.share_keys(drop_share)
     r.masked_input(inputs, drop_masked)
     return r, r.unmask(drop_unmask)
+
+
+# --- a `dh` round of five clients (t = 3) stopped before one step, for tests that feed it one bad message ---
+
+IDS = list(range(5))  # t = 3
+
+
+def zeros(length=LENGTH):
+    return np.zeros(length, dtype=np.uint32)
+
+
+def at_roster(protocol="dh", ids=IDS):
+    r = Round(protocol, ids)
+    r.advertise()
+    return r
+
+
+def at_bundles(protocol="dh", ids=IDS, drop=()):
+    r = at_roster(protocol, ids)
+    r.share_keys(drop)
+    return r
+
+
+def at_unmask(protocol="dh", ids=IDS, drop_share=(), drop_masked=(), inputs=None):
+    r = at_bundles(protocol, ids, drop_share)
+    r.masked_input(inputs or random_inputs(ids), drop_masked)
+    return r

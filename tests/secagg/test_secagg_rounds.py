@@ -1,5 +1,7 @@
 """Whole rounds: the unmasked sum is exactly the survivors' plain sum under dropouts; below t nothing is revealed."""
 
+from dataclasses import dataclass
+
 import numpy as np
 import pytest
 from secagg_rounds import LENGTH, Round, plain_sum, random_inputs, run_round
@@ -73,23 +75,128 @@ def test_full_graph_tolerates_every_pattern_that_leaves_t_responders(n):
         np.testing.assert_array_equal(total, plain_sum(inputs, survivors, LENGTH))
 
 
+@dataclass(frozen=True)
+class Outcome:
+    """What a round must do under one dropout pattern: the step whose server call aborts (None: the round
+    completes), the survivors U3, the clients that refuse a step, and the owners of the secrets left short."""
+
+    aborts_at: str | None
+    survivors: frozenset = frozenset()
+    refused: frozenset = frozenset()
+    short: frozenset = frozenset()
+    unneeded: frozenset = frozenset()  # dropped after sending shares, no neighbour survives: key not rebuilt
+
+
+def expected_outcome(cfg, drop_share, drop_masked, drop_unmask):
+    """The outcome from the public round configuration alone: the graph (cfg.neighbours) and t.
+
+    Every client advertises, so the roster lists each whole group of k + 1 and nobody refuses the roster. Then,
+    with group(u) = u and its neighbours (the holders of shares of u's secrets):
+      1. U2 = the clients that send shares; the server aborts at `bundles` if |U2| < t.
+      2. A client of U2 asked for its masked input refuses when its bundle (its neighbours in U2) plus itself
+         is fewer than t. U3 = the clients of U2 that neither drop nor refuse; the server aborts at
+         `unmask_request` if |U3| < t.
+      3. A client of U3 asked to unmask refuses when group(v) holds fewer than t clients of U3. R = the clients
+         of U3 that neither drop nor refuse. The server aborts at `result` exactly when some secret it must
+         rebuild has fewer than t holders in R: the self-mask seed b_u of every u in U3, and the mask key of every
+         u in U2 \\ U3 that has a neighbour in U3 (whose pairwise mask with u is in the sum). Otherwise the result
+         is the exact field sum of the inputs of U3.
+    """
+    t = cfg.threshold
+    group = {u: {u, *cfg.neighbours(u)} for u in cfg.participants}
+    u2 = set(cfg.participants) - set(drop_share)
+    if len(u2) < t:
+        return Outcome("bundles")
+    refused_masked = {v for v in u2 - set(drop_masked) if len(group[v] & u2) < t}
+    u3 = u2 - set(drop_masked) - refused_masked
+    if len(u3) < t:
+        return Outcome("unmask_request", frozenset(u3), frozenset(refused_masked))
+    refused_unmask = {v for v in u3 - set(drop_unmask) if len(group[v] & u3) < t}
+    responders = u3 - set(drop_unmask) - refused_unmask
+    unneeded = {u for u in u2 - u3 if not (group[u] - {u}) & u3}
+    short = {u for u in u3 | (u2 - u3 - unneeded) if len(group[u] & responders) < t}
+    return Outcome("result" if short else None, frozenset(u3), frozenset(refused_masked | refused_unmask),
+                   frozenset(short), frozenset(unneeded))
+
+
+def observed_outcome(r, inputs, drop_share, drop_masked, drop_unmask):
+    """(the step whose server call raised RoundAborted or None, that RoundAborted or the result) of driving `r`
+    (advertised) through the pattern."""
+    steps = [("bundles", lambda: r.share_keys(drop_share)),
+             ("unmask_request", lambda: r.masked_input(inputs, drop_masked)),
+             ("result", lambda: r.unmask(drop_unmask))]
+    for step, call in steps:
+        try:
+            result = call()
+        except RoundAborted as exc:
+            return step, exc
+    return None, result
+
+
+def heavy_patterns(rng, cfg, count):
+    """Dropout patterns that overwhelm t somewhere: spread over the cohort; inside one neighbourhood; u dropping
+    after sending shares while the neighbours of u outside group(w), for some neighbour w of u, drop too (u's
+    mask key loses its holders, though every survivor's group may not); and u's neighbours dropping before
+    sending shares (u, with an empty bundle, refuses its masked input; no survivor was masked with u, so u's key
+    is not needed)."""
+    ids = list(cfg.participants)
+    patterns = []
+    for i in range(count):
+        victim = int(rng.choice(ids))
+        neighbours = list(cfg.neighbours(victim))
+        if i % 4 == 0:
+            patterns.append(random_pattern(rng, ids, int(rng.integers(1, cfg.n - 1))))
+        elif i % 4 == 1:
+            gone = rng.choice(neighbours, size=int(rng.integers(1, len(neighbours) + 1)), replace=False)
+            patterns.append(random_pattern(rng, [int(g) for g in gone], len(gone)))
+        elif i % 4 == 2:
+            def outside(w):
+                return sorted(set(neighbours) - {w, *cfg.neighbours(w)})
+            gone = outside(max(neighbours, key=lambda w: len(outside(w))))
+            early = [v for v in gone if rng.integers(2)]
+            patterns.append((early, [victim, *sorted(set(gone) - set(early))], []))
+        else:
+            patterns.append((neighbours, [], []))
+    return patterns
+
+
 @pytest.mark.parametrize("n", SIZES)
-def test_secaggplus_is_exact_or_aborts_under_heavy_dropout(n):
+def test_secaggplus_aborts_exactly_when_a_secret_to_rebuild_loses_its_t_holders_else_is_exact(n):
+    """Heavy dropout: the server aborts the result exactly when the self-mask seed of a survivor, or the mask
+    key of a dropped client with a surviving neighbour, has fewer than t unmask responders among its owner and
+    the owner's neighbours (the earlier steps abort when fewer than t clients remain; see expected_outcome).
+    Otherwise the result is the exact field sum of the survivors' vectors."""
     ids = list(range(n))
     rng = np.random.default_rng(200 + n)
     inputs = random_inputs(ids, seed=n)
-    outcomes = set()
-    for drops in rng.integers(1, n - 1, size=8):
-        pattern = random_pattern(rng, ids, drops)
-        try:
-            r, total = run_round("secaggplus", ids, inputs, *pattern)
-        except RoundAborted:
-            outcomes.add("aborted")
-            continue
-        outcomes.add("exact")
-        np.testing.assert_array_equal(total, plain_sum(inputs, r.server.survivors, LENGTH))
-        assert set(r.server.survivors) <= set(ids) - set(pattern[0]) - set(pattern[1])
-    assert outcomes  # every round either gave the exact survivors' sum or aborted
+    cfg = Round("secaggplus", ids).config  # the same session, so the same graph, as every round below
+    seen = []
+    for pattern in heavy_patterns(rng, cfg, 32):
+        r = Round("secaggplus", ids)
+        r.advertise()
+        expected = expected_outcome(r.config, *pattern)
+        aborts_at, outcome = observed_outcome(r, inputs, *pattern)
+        assert aborts_at == expected.aborts_at, (pattern, expected)
+        assert set(r.refused) == expected.refused, pattern
+        if expected.aborts_at in (None, "result"):
+            assert r.server.survivors == tuple(sorted(expected.survivors))
+        if aborts_at is None:
+            np.testing.assert_array_equal(outcome, plain_sum(inputs, sorted(expected.survivors), LENGTH))
+        else:
+            if aborts_at == "result":  # the threshold check itself refuses, naming exactly the short secrets
+                assert f"shares of the secrets of clients {sorted(expected.short)}" in str(outcome), pattern
+                silent = expected.survivors & (set(pattern[2]) | expected.refused)  # no unmask response
+                assert outcome.missing == tuple(sorted(silent)) and r.server.dropped_by_step["unmask"] == sorted(silent)
+            with pytest.raises(ProtocolError):
+                r.server.result()  # an aborted round never yields a sum
+        seen.append(expected)
+    steps = {e.aborts_at for e in seen}
+    assert None in steps and "result" in steps  # both verdicts of the final check are exercised
+    if not cfg.full_graph:  # a neighbourhood falls short though most of the cohort survives
+        assert any(e.aborts_at == "result" and len(e.survivors) > n // 2 for e in seen)
+    if cfg.n >= 2 * cfg.group_size:  # only a dropped client's mask key is short: every survivor's group keeps t
+        assert any(e.aborts_at == "result" and not e.short & e.survivors for e in seen)
+        assert any(e.aborts_at is None and e.unneeded and e.refused for e in seen)  # u's group gone, round completes
 
 
 def test_secaggplus_aborts_when_a_neighbourhood_falls_below_t_though_most_clients_survive():

@@ -1,0 +1,120 @@
+"""The run's plan: every decision the config implies, made once on the driver and handed to the workers.
+
+Which codec runs on clients and in the broadcast, whether the round is masked, whether the codec is linear
+(its table is masked), the shared k, the index policy, the fixed-point quantizers and the per-client
+training settings. Nothing downstream re-derives any of it from the config.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+from omegaconf import OmegaConf
+
+import compression
+import secagg
+from compression.index_policy import IndexPolicy
+from compression.topk import topk_count
+from fl.data import partition_args
+
+
+@dataclass(frozen=True)
+class Training:
+    """Per-client local training, as plain values: read for every client, where an OmegaConf lookup costs."""
+    seed: int
+    device: str
+    local_epochs: int
+    batch_size: int
+    lr: float
+    momentum: float
+    weight_decay: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    length: int                                  # parameters in the flat model vector
+    layer_sizes: tuple[int, ...]
+    model: SimpleNamespace                       # the model section (fl.models.build_model reads it)
+    partitions: dict                             # fl.data.partition's arguments for the run's clients
+    training: Training
+    client_codec: compression.Codec              # the clients' codec ("none" without client compression)
+    broadcast_codec: compression.Codec           # the server's codec for broadcasts after round 0
+    error_feedback: bool                         # clients keep residuals (biased codec, not a masked linear one)
+    residual_dtype: str
+    masked: bool
+    linear: compression.Codec | None             # under masking, a linear codec whose table is masked
+    k: int                                       # positions every client masks (0: a linear codec's table)
+    policy_args: tuple | None                    # IndexPolicy(*policy_args); None: no shared index set
+    secagg: str
+    threshold: int | None
+    neighbours: int | None
+    dropout: float
+    clip: float
+    sketch_clip: float
+    max_weight: float
+    max_clients: int                             # the cohort size the fixed-point bounds are sized for
+
+    @classmethod
+    def build(cls, cfg, layer_sizes) -> Plan:
+        """The plan of a validated config for a model with these parameter tensors (flat-vector order)."""
+        c, f, s = cfg.compression, cfg.fl, cfg.secagg
+        layer_sizes = tuple(int(n) for n in layer_sizes)
+        length = sum(layer_sizes)
+        compressing = c.client and c.name != "none"
+        client_codec = _codec(c, layer_sizes) if c.client else compression.get("none")()
+        masked = bool(secagg.get(s.name).masks)
+        linear = None
+        if masked and compressing and getattr(client_codec, "linear", False):
+            linear = _codec(c)  # its table is masked whole: no per-layer layout
+        k = 0 if linear is not None else topk_count(length, c.ratio) if compressing else length
+        policy_args = None
+        if masked and linear is None:
+            policy_args = (str(c.index_policy), length, k, int(cfg.seed), int(c.sketch_rows),
+                           float(c.sketch_cols_per_k), float(c.prev_topk_random))
+        return cls(
+            length=length, layer_sizes=layer_sizes, model=SimpleNamespace(**OmegaConf.to_container(cfg.model)),
+            partitions=partition_args(cfg),
+            training=Training(int(cfg.seed), str(cfg.device), int(f.local_epochs), int(f.batch_size), float(f.lr),
+                              float(f.momentum), float(f.weight_decay)),
+            client_codec=client_codec,
+            broadcast_codec=_codec(c, layer_sizes) if c.server and c.name != "none" else compression.get("none")(),
+            error_feedback=bool(c.error_feedback and c.client and client_codec.biased and linear is None),
+            residual_dtype=str(c.residual_dtype), masked=masked, linear=linear, k=k, policy_args=policy_args,
+            secagg=str(s.name), threshold=s.threshold, neighbours=s.neighbours, dropout=float(s.dropout),
+            clip=float(s.clip), sketch_clip=float(s.sketch_clip), max_weight=float(s.max_weight),
+            max_clients=int(f.clients_per_round))
+
+    def index_policy(self) -> IndexPolicy | None:
+        """A fresh index policy: the server's keeps state across rounds; a worker's only draws sketch hashes."""
+        return IndexPolicy(*self.policy_args) if self.policy_args is not None else None
+
+    def quantizers(self) -> tuple[secagg.FixedPointQuantizer, ...]:
+        """(values, weight, sketch) fixed-point quantizers, the same on clients and server."""
+        n = self.max_clients
+        return (secagg.FixedPointQuantizer(self.clip, n), secagg.FixedPointQuantizer(self.max_weight, n),
+                secagg.FixedPointQuantizer(self.sketch_clip, n))
+
+    def round_config(self, session: bytes, cohort, masked_length: int):
+        """The mask protocol's public configuration of one round."""
+        if len(cohort) > self.max_clients:  # the fixed-point bound holds for at most max_clients inputs
+            raise ValueError(f"a cohort of {len(cohort)} exceeds the {self.max_clients} the field is sized for")
+        return secagg.make_round(secagg.get(self.secagg), session, cohort, masked_length, self.threshold,
+                                 self.neighbours)
+
+    @property
+    def index_policy_name(self) -> str:
+        """What the result rows call the way positions were chosen."""
+        if self.policy_args is not None:
+            return self.index_policy().name
+        if self.linear is not None:
+            return "sketch-codec (server top-k)"
+        return "per-client" if self.client_codec.name != "none" else "dense"
+
+
+def _codec(c, layer_sizes: tuple[int, ...] | None = None) -> compression.Codec:
+    """The configured codec with its options; with `compression.per_layer`, selection and scales per layer."""
+    options = dict(c.options)
+    if c.get("per_layer", False) and layer_sizes is not None:
+        options["layout"] = list(layer_sizes)
+    return compression.get(c.name)(c.ratio, **options)
+

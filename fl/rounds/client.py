@@ -1,0 +1,60 @@
+"""What every client does in both kinds of round: take the broadcast into the model it trains from, and
+add its error-feedback residual to its update. The state lives on the worker that owns the client."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import compression
+from fl import wire
+
+
+def sync(worker, broadcast: bytes, round: int, catchup: bytes | None = None) -> float:
+    """Apply the round's broadcast to the reference weights once per round; returns seconds. A worker that
+    missed broadcasts (idle in a round, or revived) is sent `catchup`, the dense model before this round,
+    and applies it first: a delta on a stale model would train its clients from the wrong one."""
+    if worker.synced_round == round:
+        return 0.0
+    t0 = time.perf_counter()
+    length = worker.plan.length
+    if catchup is not None:
+        dense = wire.decode_broadcast(catchup, length)
+        if dense.is_delta or dense.round != round - 1:
+            raise wire.WireError(f"catch-up: round {dense.round} (delta {dense.is_delta}), expected a dense "
+                                 f"model of round {round - 1}")
+        worker.reference = compression.get(dense.codec)().decode(dense.payload, length).copy()
+        worker.synced_round = round - 1
+    msg = wire.decode_broadcast(broadcast, length)
+    if msg.round != round:
+        raise wire.WireError(f"model broadcast: round {msg.round}, expected {round}")
+    if msg.is_delta and worker.synced_round != round - 1:
+        raise wire.WireError(f"model broadcast: a delta for round {round} on a model of round "
+                             f"{worker.synced_round}, and no catch-up")
+    values = compression.get(msg.codec)().decode(msg.payload, length)
+    if msg.is_delta:
+        worker.reference += values
+    else:
+        worker.reference = values.copy()
+    worker.index_set = wire.decode_index_set(msg)
+    worker.synced_round = round
+    return time.perf_counter() - t0
+
+
+def timed_train(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
+    """The client's update (local - reference) after local training, and its sample count."""
+    t0 = time.perf_counter()
+    update, n = worker.train(cid, round)
+    t["t_train"] += time.perf_counter() - t0
+    return update, n
+
+
+def corrected_update(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
+    """Train the client; its update plus its error-feedback residual, and its sample count."""
+    update, n = timed_train(worker, cid, round, t)
+    residual = worker.residuals.get(cid) if worker.plan.error_feedback else None
+    return (update if residual is None else update + residual.astype(np.float32)), n
+
+
+def keep_residual(worker, cid: int, residual: np.ndarray) -> None:
+    worker.residuals[cid] = residual.astype(worker.plan.residual_dtype, copy=False)

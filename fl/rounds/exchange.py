@@ -1,0 +1,70 @@
+"""Driver side of an exchange: one call per worker carrying all its clients, and the replies' messages
+taken in client-id order, so sums and state never depend on the pool or on which worker answers first."""
+from __future__ import annotations
+
+import time
+
+from fl.runtime.worker import CHUNK_BYTES
+
+WORKER_DIED = object()  # in place of a message: the client's worker died before sending it
+
+
+class Tally:
+    """What one round has counted so far: bytes per direction and kind, seconds, and the row."""
+
+    def __init__(self, row: dict, stats: dict, down: int):
+        self.row, self.stats, self.down = row, stats, down
+        self.up_payload = self.up_protocol = self.up_sketch = 0
+
+    def timed(self, key: str, fn, *args):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args)
+        finally:
+            self.stats[key] += time.perf_counter() - t0
+
+
+def exchange(pool, step, calls: dict[int, tuple], clients: dict[int, list[int]], stats: dict,
+             message_bytes: float = 0.0):
+    """Run the client step `step` on each worker of `calls` and yield (client id, message) for every client
+    of `clients`, in client-id order. A message is None if the client sent nothing, WORKER_DIED if its worker
+    died first. With `message_bytes` (a bound per message) a worker whose messages can exceed one chunk
+    streams them, so the server sums while the workers still produce, never holding them all."""
+    clients = {w: clients[w] for w in calls}
+    if max((len(cs) for cs in clients.values()), default=0) * message_bytes > CHUNK_BYTES:
+        streams = pool.stream(step, calls, CHUNK_BYTES)
+    else:  # one plain call: about 1.5 ms cheaper a round than a stream
+        streams = {w: iter([None] if reply is None else reply) for w, reply in pool.call(step, calls).items()}
+    return _in_client_order(streams, clients, stats)
+
+
+def _in_client_order(streams: dict, clients: dict[int, list[int]], stats: dict):
+    """Each message taken from its worker's stream when the order reaches it: the server works on one
+    message while the workers still produce the next. Workers' timings and state sizes go into `stats`."""
+    owner = {cid: w for w, cs in clients.items() for cid in cs}
+    ready: dict[int, dict] = {w: {} for w in streams}
+    open_streams = set(streams)
+
+    def pull(w: int) -> None:
+        item = next(streams[w], None)
+        if isinstance(item, list):
+            ready[w].update(item)
+            return
+        open_streams.discard(w)  # exhausted, died (None), or its closing timings
+        if isinstance(item, dict):
+            _add_stats(stats, item)
+
+    for cid in sorted(owner):
+        w = owner[cid]
+        while cid not in ready[w] and w in open_streams:
+            pull(w)
+        yield cid, ready[w].pop(cid) if cid in ready[w] else WORKER_DIED
+    for w in list(open_streams):  # the closing timings
+        while w in open_streams:
+            pull(w)
+
+
+def _add_stats(stats: dict, worker_stats: dict) -> None:
+    """Peaks: the largest worker's; everything else adds up."""
+    for key, value in worker_stats.items():
+        stats[key] = max(stats[key], value) if key.endswith("_peak_mb") else stats[key] + value

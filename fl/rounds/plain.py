@@ -1,0 +1,99 @@
+"""A round without masking: each client sends its own codec's message (e.g. its top-k with error
+feedback); the server decodes and sums them one at a time and applies the weighted mean."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from tqdm import tqdm
+
+import compression
+from fl import wire
+from fl.rounds.client import keep_residual, sync, timed_train
+from fl.rounds.exchange import WORKER_DIED, Tally, exchange
+
+# A worker trains this many bytes' worth of clients (their float32 updates) before it encodes their
+# updates: numpy's encoding runs warm then, and the updates held at once stay bounded.
+ENCODE_BATCH_BYTES = 4 << 20
+
+
+# --- client half: run by a worker for its clients -----------------------------------------------
+
+def client_round(worker, broadcast: bytes, round: int, clients: list[int], catchup: bytes | None, t: dict):
+    """Train each client and yield (client id, ClientUpdate bytes, or None if it is not sent)."""
+    t["t_sync"] += sync(worker, broadcast, round, catchup)
+    batch = max(1, ENCODE_BATCH_BYTES // (4 * worker.plan.length))
+    for start in range(0, len(clients), batch):
+        trained = [(cid, *timed_train(worker, cid, round, t)) for cid in clients[start:start + batch]]
+        yield from encode_updates(worker, trained, round, t)
+    t.update(worker.stats())
+
+
+def encode_updates(worker, trained: list[tuple[int, np.ndarray, int]], round: int, t: dict):
+    plan = worker.plan
+    for cid, update, n in trained:
+        t1 = time.perf_counter()
+        try:
+            if plan.error_feedback:
+                payload, residual = worker.feedback.encode(update, worker.residuals.get(cid))
+                keep_residual(worker, cid, residual)
+            else:
+                payload = plan.client_codec.encode(update)
+            message = wire.encode_update(round, cid, plan.client_codec.name, plan.length, float(n), payload)
+        except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
+            message = None
+        t["t_encode"] += time.perf_counter() - t1
+        yield cid, message
+
+
+# --- server half: run by the driver ---------------------------------------------------------------
+
+class PlainAggregator:
+    """Weighted FedAvg of decoded client updates, summed one message at a time."""
+
+    def __init__(self, round: int, length: int):
+        self.round, self.length = round, length
+        self.total = np.zeros(length, np.float64)
+        self.scratch = np.empty(length, np.float64)  # reused: no 8n-byte allocation per message
+        self.weight = 0.0
+        self.rejected = 0
+
+    def add(self, message: bytes) -> None:
+        msg = wire.decode_update(message, self.round, self.length)
+        try:
+            update = compression.get(msg.codec)().decode(msg.payload, self.length)
+        except ValueError:  # includes compression.DecodeError: a non-finite or malformed payload is never summed
+            self.rejected += 1
+            raise
+        np.multiply(update, np.float64(msg.weight), out=self.scratch)  # in float64: weight * float64(update)
+        self.total += self.scratch
+        self.weight += msg.weight
+
+    def result(self) -> np.ndarray | None:
+        return None if self.weight == 0 else (self.total / self.weight).astype(np.float32)
+
+
+def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], delivery) -> None:
+    """One exchange: the server sums the updates in client-id order as they arrive and applies their mean.
+    A malformed or non-finite update is rejected and never aggregated; the round goes on without it."""
+    length = server.plan.length
+    calls = {}
+    for w, clients in by_worker.items():
+        ref, catchup = delivery.to(w)
+        calls[w] = (ref, r, clients, catchup)
+    agg = PlainAggregator(r, length)
+    # a bound per message: dense is 4 bytes an entry, and top-k's bitmap near ratio 1 adds n/8
+    for cid, msg in exchange(pool, client_round, calls, by_worker, tally.stats, 4.125 * length + 256):
+        if msg is WORKER_DIED:
+            tally.row["dropped"] += 1
+            continue
+        if msg is None:
+            tally.row["rejected"] += 1
+            continue
+        tally.up_payload += len(msg)
+        try:
+            tally.timed("t_aggregate", agg.add, msg)
+        except ValueError as err:
+            tally.row["rejected"] += 1
+            tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
+    server.apply(agg.result())

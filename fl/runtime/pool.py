@@ -1,0 +1,169 @@
+"""A small pool of long-lived workers: Ray actors (`backend=ray`) or the same class in-process (`inline`).
+
+One call per worker per exchange, each carrying all of that worker's clients; never one call per client.
+"""
+from __future__ import annotations
+
+import os
+from typing import Iterator
+
+from fl.runtime.transport import ReplyReader, remove_leftovers
+from fl.runtime.worker import CHUNK_BYTES, Worker
+
+
+def pool_size(cfg) -> int:
+    wanted = cfg.ray.num_workers or (os.cpu_count() or 1)
+    return max(1, min(int(wanted), cfg.fl.clients_per_round))
+
+
+class InlinePool:
+    def __init__(self, device: str, size: int):
+        self.workers = [Worker(device, i) for i in range(size)]
+
+    def attach(self, data, plan) -> None:
+        """Give every worker the run's dataset (the same arrays: nothing is copied) and plan."""
+        for worker in self.workers:
+            worker.attach(data, plan)
+
+    def put(self, data):
+        return data
+
+    def call(self, step, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        """Client step `step` on each worker: its ([(client id, message)], timings)."""
+        return {w: self.workers[w].run(step, *args) for w, args in args_per_worker.items()}
+
+    def stream(self, step, args_per_worker: dict[int, tuple], chunk_bytes: int = CHUNK_BYTES) -> dict[int, Iterator]:
+        """Per worker, the chunks of messages and then the timings of `step` (run lazily, as they are asked for)."""
+        return {w: self.workers[w].stream(step, *args, chunk_bytes=chunk_bytes) for w, args in args_per_worker.items()}
+
+    def evaluate(self, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        return {w: self.workers[w].evaluate(*args) for w, args in args_per_worker.items()}
+
+    def revive(self) -> list[int]:
+        """In-process workers do not die."""
+        return []
+
+    def close(self) -> None:
+        self.workers = []
+
+
+# A broadcast up to this size is sent inside each worker's call; larger ones are put in the object
+# store once and read by every worker.
+INLINE_BROADCAST_BYTES = 256 << 10
+
+
+class RayPool:
+    """Long-lived Ray actors on the Ray that fl.launch started or joined; closing kills them, not Ray."""
+
+    def __init__(self, device: str, size: int, num_cpus: float, num_gpus: float):
+        import ray
+
+        if not ray.is_initialized():  # fl.launch starts Ray (or joins a cluster); the pool only uses it
+            raise RuntimeError("RayPool needs a running Ray: start it with fl.runtime.raystart.start()")
+        self._ray = ray
+        self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(Worker)
+        self._device = device
+        self.workers = [self._actor.remote(device, i) for i in range(size)]  # start up in the background
+        self.dead: set[int] = set()
+        self._data = self._plan = None
+        self._reader = ReplyReader()
+        self._shared: dict[int, int] = {}  # worker -> its pid, for workers whose replies come through shared memory
+
+    def attach(self, data, plan) -> None:
+        """Put the run's dataset in the object store once and give it and the plan to every worker (each
+        reads the same shared-memory copy; none loads the data itself). Waits until every worker is ready."""
+        self._data, self._plan = self._ray.put(data), self._ray.put(plan)
+        self._ray.get([w.attach.remote(self._data, self._plan) for w in self.workers])
+        self._share_replies()
+
+    def _share_replies(self) -> None:
+        """Workers on this machine reply through shared memory (fl.runtime.transport); any other through Ray."""
+        token = os.urandom(16)
+        probes = self._ray.get([w.probe_replies.remote(token) for w in self.workers])
+        for w, (probe, pid) in enumerate(probes):
+            if self._reader.attach(w, probe, token):
+                self._shared[w] = pid
+            else:
+                self.workers[w].close_replies.remote()
+
+    def put(self, data):
+        """A handle every worker's call can take: small data as is, large data as one object-store copy."""
+        if isinstance(data, (bytes, bytearray)) and len(data) <= INLINE_BROADCAST_BYTES:
+            return data
+        return self._ray.put(data)
+
+    def call(self, step, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        """Client step `step`, one call per worker; a worker whose actor died answers None (its clients
+        count as dropped). Workers on this machine write their messages to shared memory."""
+        shared = {w for w in args_per_worker if w in self._shared}
+        refs = {w: self.workers[w].run.remote(step, *args, packed=w in shared) for w, args in args_per_worker.items()}
+        out = self._gather(refs)
+        for w in refs:
+            if w in shared and out[w] is not None:  # copied out now: the worker reuses its buffer at its next call
+                where, stats = out[w]
+                out[w] = self._reader.unpack(w, where), stats
+        return out
+
+    def evaluate(self, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+        return self._gather({w: self.workers[w].evaluate.remote(*args) for w, args in args_per_worker.items()})
+
+    def _gather(self, refs: dict) -> dict[int, object]:
+        try:  # one wait for all the replies: the driver wakes once, when the slowest worker answers
+            out = dict(zip(refs, self._ray.get(list(refs.values()))))
+        except self._ray.exceptions.RayActorError:  # a worker died: find which, one reply at a time
+            out = {}
+            for w, ref in refs.items():
+                try:
+                    out[w] = self._ray.get(ref)
+                except self._ray.exceptions.RayActorError:
+                    self.dead.add(w)
+                    out[w] = None
+        return out
+
+    def stream(self, step, args_per_worker: dict[int, tuple], chunk_bytes: int = CHUNK_BYTES) -> dict[int, Iterator]:
+        """Per worker, the chunks of messages and then the timings of `step`, as they arrive (Ray streaming
+        generators: each chunk travels as soon as the worker yields it). A worker whose actor dies yields
+        None and stops (its remaining clients count as dropped)."""
+        generators = {w: self.workers[w].stream.remote(step, *args, chunk_bytes=chunk_bytes)
+                      for w, args in args_per_worker.items()}
+        return {w: self._items(w, generator) for w, generator in generators.items()}
+
+    def _items(self, w: int, generator) -> Iterator:
+        try:
+            for ref in generator:
+                yield self._ray.get(ref)
+        except self._ray.exceptions.RayActorError:
+            self.dead.add(w)
+            yield None
+
+    def revive(self) -> list[int]:
+        """Replace dead actors with fresh ones (the clients they held lose their state, as a device would);
+        returns the workers replaced (their model must be caught up)."""
+        revived = sorted(self.dead)
+        for w in revived:
+            self._forget_replies(w)  # the fresh actor replies through Ray
+            self.workers[w] = self._actor.remote(self._device, w)
+            if self._data is not None:
+                self.workers[w].attach.remote(self._data, self._plan)  # runs before any later call to this actor
+        self.dead.clear()
+        return revived
+
+    def _forget_replies(self, w: int) -> None:
+        self._reader.drop(w)
+        pid = self._shared.pop(w, None)
+        if pid is not None:
+            remove_leftovers(pid)
+
+    def close(self) -> None:
+        for w in self.workers:
+            self._ray.kill(w)
+        self.workers = []
+        for w in list(self._shared):
+            self._forget_replies(w)
+
+
+def make_pool(cfg):
+    size, device = pool_size(cfg), str(cfg.device)
+    if cfg.backend == "inline":
+        return InlinePool(device, size)
+    return RayPool(device, size, cfg.ray.num_cpus_per_worker, cfg.ray.num_gpus_per_worker)

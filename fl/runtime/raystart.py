@@ -1,0 +1,70 @@
+"""Starting and stopping the local Ray that a run uses (no torch here).
+
+Only a Ray started here is ever shut down here: a Ray the caller started (a test session, a notebook)
+is used and left running.
+"""
+from __future__ import annotations
+
+import os
+
+# Objects up to this size travel inside a call or its reply instead of through the shared-memory
+# object store (Ray's own default is 100 KiB): a round's replies of a few hundred KB are cheaper inline
+# (docs/performance.md).
+DIRECT_OBJECT_BYTES = 4 << 20
+SYSTEM_CONFIG = {
+    "max_direct_call_object_size": DIRECT_OBJECT_BYTES,
+    # Ray's default niceness (15) let any activity of the driver hold a worker back every round.
+    "worker_niceness": 0,
+    # Ray's worker processes import the worker (torch) and the client steps while Ray is still starting.
+    "preload_python_modules": ["fl.runtime.worker", "fl.rounds.plain", "fl.rounds.masked"],
+}
+
+_owned = False  # whether the Ray now running was started by `start`
+
+
+def start(address: str | None = None) -> bool:
+    """Start Ray (no dashboard; `address` joins a running cluster) unless it is already running.
+
+    Returns whether the Ray now running is ours to shut down (started here and not yet stopped).
+    """
+    global _owned
+    import ray
+
+    if not ray.is_initialized():
+        local = {} if address else {"num_cpus": os.cpu_count(), "_system_config": SYSTEM_CONFIG}
+        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
+        _owned = True
+    return _owned
+
+
+def stop() -> None:
+    """Shut down the Ray started by `start`, if it is still running; nothing otherwise."""
+    global _owned
+    if not _owned:
+        return
+    _owned = False
+    import ray
+
+    if ray.is_initialized():
+        _stop_autoscaler_monitor(ray)
+        ray.shutdown()
+
+
+def _stop_autoscaler_monitor(ray) -> None:
+    """End the autoscaler monitor that our ray.init started, by its PID, before ray.shutdown.
+
+    ray.shutdown stops the GCS first and then sends the monitor SIGTERM; the monitor's handler then
+    tries to report to the stopped GCS and is killed only after a 1 s grace period: a second of every
+    run's wall time. A local, fixed-size cluster has nothing for the monitor to do, so it is stopped
+    first. Ray keeps the process handle in a private attribute: if that changes, nothing is done here.
+    """
+    try:
+        node = ray._private.worker._global_node
+        monitors = node.all_processes.get("monitor", []) if node is not None else []
+    except AttributeError:
+        return
+    for info in monitors:
+        process = info.process
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)

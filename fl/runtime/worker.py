@@ -1,0 +1,147 @@
+"""A worker: one resident model, the run's data and the state of the clients it owns, running the client
+steps of fl.rounds for many simulated clients in turn.
+
+The same class runs in-process (`backend=inline`) and as a Ray actor (`backend=ray`). Each call carries
+one client step for all the worker's clients of a round, bytes in and bytes out. A client's state across
+rounds (error-feedback residuals) stays with the worker that owns it (client id modulo the pool size).
+"""
+from __future__ import annotations
+
+import gc
+import os
+import resource
+import warnings
+from collections import defaultdict
+
+import numpy as np
+import torch
+
+import compression
+import secagg
+from fl.data import Dataset, partition
+from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
+from fl.runtime.transport import ReplyBuffer
+from fl.seeds import client_seed
+from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
+
+# Streamed replies come in chunks of about this many bytes of messages (fl.rounds.exchange streams only
+# when a worker's step could exceed one chunk: for small replies a plain call is cheaper).
+CHUNK_BYTES = 4 << 20
+
+
+class Worker:
+    """Created before the data exists (so a Ray worker imports torch while the driver loads the data),
+    then `attach`ed to the run's dataset, loaded once by the driver and shared read-only, and its plan."""
+
+    def __init__(self, device: str, worker_id: int = 0):
+        torch.set_num_threads(1)  # one core per worker; also makes results independent of the pool size
+        check_device(device)
+        self.worker_id = worker_id
+        self.plan = None
+        self.replies: ReplyBuffer | None = None  # shared-memory replies, when the driver can map them
+
+    def attach(self, data: Dataset, plan) -> int:
+        """Take the run's dataset (never reloaded here) and plan; returns the parameter count."""
+        self.plan = p = plan
+        device = p.training.device
+        parts = partition(data.y_train, **p.partitions)
+        self.mean_samples = len(data.y_train) / p.partitions["num_clients"]
+        # Data and model move to the device once; clients index into the resident tensors. Arrays from
+        # Ray's object store are read-only views of shared memory: torch warns, but nothing writes them.
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            self.x, self.y = as_tensor(data.x_train, device), as_tensor(data.y_train, device)
+        self.parts = [torch.from_numpy(part).to(device) for part in parts]
+        self.x_test, self.y_test = data.x_test, data.y_test  # evaluated a range of batches at a time
+        torch.manual_seed(p.training.seed)
+        self.model = flatten_parameters(build_model(p.model, data.input_shape, data.num_classes).to(device))
+        self.optimizer = SGD(self.model.parameters(), lr=p.training.lr, momentum=p.training.momentum,
+                             weight_decay=p.training.weight_decay)
+        if sum(q.numel() for q in self.model.parameters()) != p.length:
+            raise ValueError(f"the plan is for {p.length} parameters, the model has another count")
+        # the clients' state: the model they train from, their residuals, this round's protocol state
+        self.reference = np.zeros(p.length, np.float32)
+        self.synced_round = -1
+        self.index_set: np.ndarray | None = None
+        self.residuals: dict[int, np.ndarray] = {}
+        self.pending: dict[int, secagg.Client] = {}
+        self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
+        self.staged_round = -1
+        self.feedback = compression.ErrorFeedback(p.client_codec)
+        self.policy = p.index_policy()  # public: a worker needs only its sketch hashes
+        hashes = p.linear.hashes(p.length) if p.linear is not None else None
+        self.linear_cells = hashes.rows * hashes.cols if hashes is not None else 0
+        if _in_ray_worker():
+            # What exists now (torch, the model, the data) lives as long as this process: keep it out
+            # of every later collection, including the one at exit.
+            gc.freeze()
+        return p.length
+
+    def train(self, cid: int, round: int) -> tuple[np.ndarray, int]:
+        """Client `cid`'s local training from the reference weights: (local - reference, sample count)."""
+        t = self.plan.training
+        set_flat(self.model, self.reference)
+        seed = client_seed(t.seed, round, cid)
+        seed_torch(seed, t.device)
+        x, y = self.x[self.parts[cid]], self.y[self.parts[cid]]
+        train_local(self.model, self.optimizer, x, y, t.local_epochs, t.batch_size, seed, t.device)
+        return get_flat(self.model) - self.reference, len(y)
+
+    def stats(self) -> dict:
+        """Memory held across rounds for this worker's clients (residuals) and the process's peak (MB)."""
+        return {"state_bytes": sum(r.nbytes for r in self.residuals.values()),
+                "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+
+    def evaluate(self, weights: np.ndarray, first: int, stop: int) -> list[tuple[int, float]]:
+        """(correct, summed loss) of test batches first..stop-1 under `weights`; the driver sums them in order."""
+        set_flat(self.model, weights)
+        batches = evaluate_batches(self.model, self.x_test, self.y_test, first, stop, self.plan.training.device)
+        self.model.train()
+        return batches
+
+    # --- running client steps ----------------------------------------------------------------------
+
+    def run(self, step, *args, packed: bool = False):
+        """Run client step `step(worker, *args, t)` for this worker's clients: ([(client id, message or
+        None)], timings). `packed`: the messages go to the shared buffer, and only where they lie comes back."""
+        t = defaultdict(float)
+        out = list(step(self, *args, t))
+        return (self.replies.pack(out) if packed else out), dict(t)
+
+    def stream(self, step, *args, chunk_bytes: int = CHUNK_BYTES):
+        """As `run`, yielding the messages in chunks of about `chunk_bytes` as they are ready, then the
+        timings: the server sums while this worker trains the next clients."""
+        t = defaultdict(float)
+        chunk, size = [], 0
+        for cid, message in step(self, *args, t):
+            chunk.append((cid, message))
+            size += len(message) if message is not None else 0
+            if size >= chunk_bytes:
+                yield chunk
+                chunk, size = [], 0
+        if chunk:
+            yield chunk
+        yield dict(t)
+
+    # --- replies through shared memory (fl.runtime.transport) ---------------------------------------
+
+    def probe_replies(self, token: bytes):
+        """Open this worker's reply buffer holding `token`: the driver checks that it can map it."""
+        self.close_replies()
+        self.replies = ReplyBuffer()
+        return self.replies.pack([(0, token)]), os.getpid()
+
+    def close_replies(self) -> None:
+        if self.replies is not None:
+            self.replies.close()
+            self.replies = None
+
+
+def _in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (gc.freeze is for processes we own, never an inline caller's)."""
+    try:
+        import ray
+
+        return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    except Exception:
+        return False

@@ -1,0 +1,34 @@
+"""The masked round's client half on one worker: residuals staged in a masked round are kept only if that
+round was applied, and a worker's first step of each round settles its last round's residuals."""
+import numpy as np
+import secagg
+from fixtures_workers import attached_workers
+
+from fl import wire
+from fl.rounds import masked
+
+
+def _advertise(worker, round, aborted):
+    cohort = [0, 2]
+    session = secagg.session_id("test", round, cohort)
+    out, _ = worker.run(masked.advertise, round, session, cohort, cohort, 10, aborted)
+    return out
+
+
+def test_an_aborted_rounds_staged_residuals_are_dropped_and_an_applied_rounds_are_kept():
+    _, plan, (worker,) = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1",
+                                           "fl.num_clients=4", "fl.clients_per_round=2"])
+    assert plan.error_feedback
+    old, staged = np.full(plan.length, 0.5, np.float32), np.full(plan.length, 2.0, np.float32)
+    worker.residuals = {0: old.copy()}
+    worker.staged, worker.staged_round = {0: staged.copy(), 2: staged.copy()}, 3
+    out = _advertise(worker, 4, aborted=[1, 3])  # round 3 aborted: its residuals never reached the model
+    assert [cid for cid, _ in out] == [0, 2] and all(wire.decode_advertise(m) for _, m in out)
+    np.testing.assert_array_equal(worker.residuals[0], old)
+    assert 2 not in worker.residuals and worker.staged == {}
+
+    worker.staged, worker.staged_round = {0: staged.copy(), 2: staged.copy()}, 5
+    _advertise(worker, 6, aborted=[1, 3])  # round 5 was applied
+    for cid in (0, 2):
+        np.testing.assert_array_equal(worker.residuals[cid], staged)
+    assert worker.staged == {} and set(worker.pending) == {0, 2}

@@ -1,0 +1,156 @@
+"""The masked round's server half, without Ray: the server's sum is exactly the plain sum."""
+import numpy as np
+import pytest
+
+import fl
+import secagg
+from compression.index_policy import IndexPolicy
+from fl import wire
+from fl.config import validate
+from fl.plan import Plan
+from fl.rounds.layout import MaskedLayout
+from fl.rounds.masked import MaskedAggregator
+
+
+def _plan(n, name="dh", length=20_000):
+    cfg = validate(fl.compose([f"secagg={name}", f"fl.num_clients={n}", f"fl.clients_per_round={n}",
+                               "compression.ratio=0.02"]))
+    return Plan.build(cfg, [length])
+
+
+def _round(n_clients, drop_before_input=(), drop_before_unmask=(), name="dh", seed=0):
+    """Drive one masked round through the wire; returns (aggregator, plain sum of the survivors, floats)."""
+    length, rng = 20_000, np.random.default_rng(seed)
+    policy = IndexPolicy("sketch", length, 400, root_seed=1, sketch_rows=1, sketch_cols_per_k=2.0)
+    positions, _ = policy.positions(0)
+    sketch = policy.sketch(0)
+    plan, cohort = _plan(n_clients, name, length), list(range(10, 10 + n_clients))
+    layout = MaskedLayout(plan, len(positions), sketch.rows * sketch.cols)
+    agg = MaskedAggregator(plan, secagg.session_id("test-run", 0, cohort), cohort, layout)
+    clients = {c: secagg.Client(agg.config, c) for c in cohort}
+    for c in cohort:
+        agg.add_keys(wire.encode_advertise(clients[c].advertise()))
+    roster = wire.decode_roster(agg.roster())
+    for c in cohort:
+        agg.add_shares(wire.encode_share_keys(clients[c].share_keys(roster)))
+    bundles = agg.bundles()
+    plain = np.zeros(agg.length, np.uint32)
+    float_values, float_weight = np.zeros(len(positions)), 0.0
+    for c in cohort:
+        update = rng.normal(scale=0.05, size=length).astype(np.float32)
+        w = float(np.float32(rng.uniform(0.5, 2.0)))  # the weight travels as float32
+        q_weight = layout.weight(w, rng)
+        qv, sent = layout.values(update[positions] * w, rng)
+        vector = layout.join(qv, q_weight, layout.sketch(sketch.sketch(update), rng))
+        if c in drop_before_input:
+            continue
+        masked = clients[c].masked_input(wire.decode_share_bundle(bundles[c]), vector)
+        assert not np.array_equal(masked.masked, vector)
+        agg.add(wire.encode_masked(masked))
+        plain += vector  # uint32 arithmetic wraps mod 2^32, as the field does
+        float_values += sent
+        float_weight += w
+    request, survivors = agg.unmask_request()
+    for c in survivors:
+        if c not in drop_before_unmask:
+            agg.add_unmask(wire.encode_unmask_response(clients[c].unmask(wire.decode_unmask_request(request))))
+    return agg, plain, float_values, float_weight
+
+
+@pytest.mark.parametrize("n_clients,name", [(2, "dh"), (5, "dh"), (12, "dh"), (12, "secaggplus")])
+def test_masked_sum_of_quantized_compressed_vectors_equals_the_plain_sum_exactly(n_clients, name):
+    agg, plain, float_values, float_weight = _round(n_clients, name=name)
+    values, weight, table = agg.result()
+    np.testing.assert_array_equal(agg.total, plain)
+    assert weight == pytest.approx(float_weight, abs=n_clients * 8.0 / agg.layout.q_weight.bound)
+    np.testing.assert_allclose(values, float_values / weight, rtol=1e-5, atol=1e-7)
+    assert table.shape == (agg.layout.cells,)
+
+
+def test_clients_dropping_before_input_and_before_unmask_are_recovered_exactly():
+    agg, plain, _, _ = _round(9, drop_before_input=(11, 15), drop_before_unmask=(12,))
+    agg.result()
+    np.testing.assert_array_equal(agg.total, plain)  # the sum over the 7 survivors, nothing else
+    assert agg.state.dropped_by_step["masked_input"] == [11, 15]
+
+
+def test_fewer_than_t_survivors_abort_the_round():
+    with pytest.raises(secagg.RoundAborted):
+        agg, *_ = _round(6, drop_before_input=(10, 11, 12))  # 3 of 6 left, t = 4
+        agg.result()
+
+
+@pytest.mark.parametrize("k,cells", [(400, 800), (400, 0), (0, 64)])
+def test_the_layout_packs_and_unpacks_both_ways(k, cells):
+    """Packed parts sum in the field and unpack to the weighted mean, the summed weight and the summed cells;
+    a vector or sum of the wrong length is refused."""
+    layout = MaskedLayout(_plan(4), k, cells)
+    rng = np.random.default_rng(3)
+    total, weights, values, tables = np.zeros(layout.length, np.uint32), 0.0, np.zeros(k), np.zeros(cells)
+    for _ in range(4):
+        w = float(np.float32(rng.uniform(0.5, 2.0)))
+        q_weight = layout.weight(w, rng)
+        q_values, sent = layout.values(rng.normal(scale=0.05, size=k).astype(np.float32) * w, rng) if k else (None, 0)
+        table = rng.uniform(-1, 1, size=cells).astype(np.float32)  # inside the sketch clip
+        vector = layout.join(q_values, q_weight, layout.sketch(table, rng) if cells else None)
+        assert vector.dtype == np.uint32 and len(vector) == k + 1 + cells
+        total += vector
+        weights, values, tables = weights + w, values + sent, tables + table
+    mean, weight, summed = layout.unpack(total)
+    assert weight == pytest.approx(weights, abs=4 * layout.q_weight.step)
+    np.testing.assert_allclose(mean, values / weight, rtol=1e-5, atol=1e-7)
+    if cells:
+        np.testing.assert_allclose(summed, tables, rtol=1e-6, atol=1e-6)  # float32 cells
+    else:
+        assert summed is None
+    with pytest.raises(ValueError, match="layout has"):
+        layout.unpack(total[:-1])
+    with pytest.raises(ValueError, match="layout has"):
+        layout.join(None, layout.weight(1.0, rng), None) if k or cells else layout.join(np.zeros(1, np.uint32),
+                                                                                           q_weight, None)
+
+
+def test_the_update_a_masked_run_applies_is_the_plain_weighted_mean_of_its_survivors(tmp_path, monkeypatch):
+    """End to end, with partial participation and dropouts at every step: each applied update is exactly the
+    dequantized plain (unmasked) field sum of the survivors' vectors, applied at the round's index set, and
+    within quantization error of the survivors' weighted mean of what they sent."""
+    import secagg.dh_client
+    from fl.server import Server
+
+    vectors, sums, applied = {}, [], []
+    client_input = secagg.dh_client.Client.masked_input
+
+    def masked_input(self, bundle, vector):
+        vectors[(self.config.session, self.client_id)] = vector.copy()
+        return client_input(self, bundle, vector)
+
+    unmask_request = MaskedAggregator.unmask_request
+
+    def request(self):
+        out = unmask_request(self)
+        plain = np.zeros(self.length, np.uint32)
+        for cid in out[1]:
+            plain += vectors[(self.config.session, cid)]  # wraps mod 2^32, as the field does
+        sums.append((self.layout.unpack(plain), len(out[1])))
+        return out
+
+    apply_masked = Server.apply_masked
+
+    def apply(self, r, values, weight, cells):
+        before = self.weights.copy()
+        apply_masked(self, r, values, weight, cells)
+        applied.append((before, self.weights.copy(), self.positions.copy(), values, weight))
+
+    monkeypatch.setattr(secagg.dh_client.Client, "masked_input", masked_input)
+    monkeypatch.setattr(MaskedAggregator, "unmask_request", request)
+    monkeypatch.setattr(Server, "apply_masked", apply)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=dh",
+                              "secagg.dropout=0.1", "compression.ratio=0.1", "fl.num_clients=12",
+                              "fl.clients_per_round=8", "fl.rounds=5"]))
+    assert rows["dropped"].sum() > 0 and len(applied) == (~rows["aborted"]).sum() >= 3
+    for before, after, positions, values, weight in applied:
+        (plain_values, plain_weight, _), survivors = next(s for s in sums if np.array_equal(s[0][0], values))
+        assert plain_weight == weight and survivors >= 5
+        expected = before.copy()
+        expected[positions] += plain_values
+        np.testing.assert_array_equal(after, expected)  # at the index set only, exactly the survivors' mean

@@ -1,0 +1,49 @@
+"""The run's plan: each decision made once, from the validated config."""
+import pytest
+
+import fl
+from fl.config import validate
+from fl.plan import Plan
+
+LAYERS = [4096, 64, 640, 10]  # mlp_small on digits
+
+
+def _plan(*overrides):
+    return Plan.build(validate(fl.compose(["model=mlp_small", *overrides])), LAYERS)
+
+
+def test_masked_top_k_plans_a_shared_index_set_of_ceil_ratio_n():
+    plan = _plan("secagg=dh", "compression.ratio=0.01")
+    assert plan.masked and plan.linear is None and plan.k == 49 and plan.length == 4810
+    assert plan.error_feedback and plan.index_policy_name == "sketch"
+    assert plan.index_policy() is not plan.index_policy()  # the server's and each worker's are their own
+
+
+def test_per_client_top_k_without_masking_has_no_index_policy():
+    plan = _plan("secagg=none", "compression.ratio=0.1")
+    assert not plan.masked and plan.index_policy() is None and plan.index_policy_name == "per-client"
+    assert plan.client_codec.name == plan.broadcast_codec.name == "topk"
+
+
+@pytest.mark.parametrize("overrides,feedback", [
+    (("secagg=none", "compression=qsgd"), False),                      # unbiased: no residual to keep
+    (("secagg=dh", "compression=countsketch", "compression.ratio=0.1"), False),  # the server keeps it
+    (("secagg=none", "compression=countsketch", "compression.ratio=0.1"), True),
+    (("secagg=none", "compression.error_feedback=false"), False),
+])
+def test_error_feedback_is_planned_only_where_it_acts(overrides, feedback):
+    assert _plan(*overrides).error_feedback is feedback
+
+
+def test_a_linear_codec_under_masking_masks_its_table_and_no_values():
+    plan = _plan("secagg=dh", "compression=countsketch", "compression.ratio=0.1")
+    assert plan.linear is not None and plan.k == 0 and plan.index_policy() is None
+    assert plan.index_policy_name == "sketch-codec (server top-k)"
+
+
+def test_the_field_is_sized_for_the_cohort_and_refuses_a_larger_one():
+    plan = _plan("secagg=dh", "fl.num_clients=10", "fl.clients_per_round=4")
+    assert plan.max_clients == 4 and plan.quantizers()[0].bound == (2**31 - 1) // 4
+    plan.round_config(bytes(32), range(4), 10)
+    with pytest.raises(ValueError, match="exceeds the 4"):
+        plan.round_config(bytes(32), range(5), 10)

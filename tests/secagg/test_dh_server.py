@@ -1,0 +1,164 @@
+"""The server refuses every bad message of a round, and aborts rather than return a wrong sum."""
+
+import dataclasses
+
+import numpy as np
+import pytest
+from secagg_rounds import IDS, LENGTH, Round, at_bundles, at_roster, at_unmask, plain_sum, random_inputs, zeros
+
+from secagg import MaskedInput, ProtocolError, RoundAborted, generate_keypair
+
+
+# --- keys and shares -------------------------------------------------------------------------------
+
+
+def test_the_server_refuses_to_build_a_roster_for_fewer_than_t_clients():
+    r = Round("dh", IDS)
+    for cid in (0, 1):
+        r.server.receive_keys(r.clients[cid].advertise())
+    with pytest.raises(RoundAborted, match="fewer than t=3") as info:
+        r.server.roster()
+    assert info.value.missing == (2, 3, 4)
+
+
+def test_the_server_refuses_duplicate_or_malformed_advertised_keys():
+    r = Round("dh", IDS)
+    msg = r.clients[0].advertise()
+    r.server.receive_keys(msg)
+    with pytest.raises(ProtocolError, match="twice"):
+        r.server.receive_keys(msg)
+    other = r.clients[1].advertise()
+    with pytest.raises(ProtocolError, match="already sent"):
+        r.server.receive_keys(dataclasses.replace(other, mask_public_key=msg.cipher_public_key))
+    with pytest.raises(ProtocolError, match="same public key twice"):
+        r.server.receive_keys(dataclasses.replace(other, mask_public_key=other.cipher_public_key))
+    with pytest.raises(ProtocolError, match="malformed"):
+        r.server.receive_keys(dataclasses.replace(other, cipher_public_key=other.cipher_public_key[:31]))
+    with pytest.raises(ProtocolError, match="not a participant"):
+        r.server.receive_keys(dataclasses.replace(other, client_id=99))
+    r.server.receive_keys(other)  # the genuine message still goes through
+
+
+def test_the_server_refuses_shares_to_the_wrong_recipients_or_of_the_wrong_size():
+    r = at_roster()
+    msg = r.clients[0].share_keys(r.roster)
+    with pytest.raises(ProtocolError, match="expected its neighbours"):
+        r.server.receive_shares(dataclasses.replace(msg, shares=msg.shares[1:]))
+    with pytest.raises(ProtocolError, match="expected its neighbours"):
+        r.server.receive_shares(dataclasses.replace(msg, shares=((0, msg.shares[0][1]), *msg.shares)))
+    short = tuple((v, ct[:-1]) for v, ct in msg.shares)
+    with pytest.raises(ProtocolError, match="112 bytes"):
+        r.server.receive_shares(dataclasses.replace(msg, shares=short))
+    r.server.receive_shares(msg)
+    with pytest.raises(ProtocolError, match="twice"):
+        r.server.receive_shares(msg)
+
+
+def test_the_server_refuses_shares_from_a_client_that_did_not_advertise():
+    r = Round("dh", IDS)
+    for cid in IDS[:4]:
+        r.server.receive_keys(r.clients[cid].advertise())
+    roster = r.server.roster()
+    late = r.clients[4]
+    late.advertise()
+    forged = dataclasses.replace(r.clients[0].share_keys(roster), client_id=4)
+    with pytest.raises(ProtocolError, match="did not advertise"):
+        r.server.receive_shares(forged)
+
+
+# --- masked inputs ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("vector", [zeros(LENGTH - 1), zeros(LENGTH + 1), np.zeros((2, LENGTH // 2), np.uint32),
+                                    np.zeros(LENGTH, np.int64), [0] * LENGTH])
+def test_a_masked_vector_of_the_wrong_length_or_dtype_is_refused(vector):
+    r = at_bundles()
+    with pytest.raises(ProtocolError, match="shape|uint32"):
+        r.server.add(MaskedInput(session=r.config.session, client_id=0, masked=vector))
+    with pytest.raises(ProtocolError, match="shape|uint32"):
+        r.clients[0].masked_input(r.bundles[0], vector)
+
+
+def test_a_masked_input_from_a_client_that_sent_no_shares_is_refused():
+    r = at_bundles(drop=[4])
+    with pytest.raises(ProtocolError, match="not in U2"):
+        r.server.add(MaskedInput(session=r.config.session, client_id=4, masked=zeros()))
+
+
+def test_a_duplicate_masked_input_is_refused():
+    r = at_bundles()
+    msg = r.clients[0].masked_input(r.bundles[0], zeros())
+    r.server.add(msg)
+    with pytest.raises(ProtocolError, match="twice"):
+        r.server.add(msg)
+
+
+def test_a_late_masked_input_from_a_dropped_client_is_ignored_and_counted():
+    inputs = random_inputs(IDS)
+    r = at_bundles()
+    late = None
+    for cid, bundle in r.bundles.items():
+        msg = r.clients[cid].masked_input(bundle, inputs[cid])
+        if cid == 4:
+            late = msg
+        else:
+            r.server.add(msg)
+    r.request = r.server.unmask_request()
+    assert r.request.dropped == (4,)
+    r.server.add(late)
+    assert r.server.late_ignored == 1
+    total = r.unmask()
+    np.testing.assert_array_equal(total, plain_sum(inputs, [0, 1, 2, 3], LENGTH))
+    r.server.add(late)  # also after the result
+    assert r.server.late_ignored == 2
+
+
+def test_masked_inputs_before_the_bundles_are_refused():
+    r = at_roster()
+    with pytest.raises(ProtocolError, match="unexpected masked input"):
+        r.server.add(MaskedInput(session=r.config.session, client_id=0, masked=zeros()))
+
+
+# --- unmask responses and reconstruction -----------------------------------------------------------
+
+
+def test_the_server_refuses_unmask_responses_with_the_wrong_shares():
+    r = at_unmask(drop_masked=[4])
+    response = r.clients[0].unmask(r.request)
+    assert [w for w, _ in response.key_shares] == [4]
+    bad = [
+        dataclasses.replace(response, self_mask_shares=response.self_mask_shares[1:]),
+        dataclasses.replace(response, key_shares=()),
+        dataclasses.replace(response, key_shares=response.key_shares + ((3, response.key_shares[0][1]),)),
+        dataclasses.replace(response, key_shares=((4, b"\xff" * 44),)),  # values outside the field
+        dataclasses.replace(response, key_shares=((4, b"\x00" * 43),)),
+        dataclasses.replace(response, client_id=4),  # not a survivor
+    ]
+    for msg in bad:
+        with pytest.raises(ProtocolError):
+            r.server.receive_unmask(msg)
+    r.server.receive_unmask(response)
+    with pytest.raises(ProtocolError, match="twice"):
+        r.server.receive_unmask(response)
+
+
+def test_a_rebuilt_mask_key_that_does_not_match_its_public_key_aborts_the_round():
+    r = at_roster()
+    cheat = r.clients[4]
+    cheat._s_sk, _ = generate_keypair()  # shares a mask key other than the one it advertised
+    r.share_keys()
+    r.masked_input(random_inputs(IDS), drop=[4])
+    with pytest.raises(RoundAborted, match="mask key of client 4 does not match"):
+        r.unmask()
+
+
+def test_an_altered_key_share_aborts_the_round_instead_of_a_wrong_sum():
+    r = at_unmask(drop_masked=[4])
+    responses = [r.clients[cid].unmask(r.request) for cid in IDS[:3]]
+    (owner, share), = responses[0].key_shares
+    altered = share[:4] + bytes([share[4] ^ 1]) + share[5:]  # lands in key byte 5 (X25519 clamps bytes 0, 31)
+    responses[0] = dataclasses.replace(responses[0], key_shares=((owner, altered),))
+    for msg in responses:  # exactly t: the altered share is used
+        r.server.receive_unmask(msg)
+    with pytest.raises(RoundAborted, match="client 4"):
+        r.server.result()

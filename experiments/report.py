@@ -1,10 +1,12 @@
 """Turn tidy per-round rows into the top-k result table and plots, from the rows alone.
 
     python -m experiments.report results/runs [more dirs ...] [--out results] [--target 0.9]
+        [--label DIR=NAME ...]
 
 Reads every `<dir>/**/rounds.csv` of a finished run (one with done.json beside it); runs that have rows
-but never finished are listed as incomplete, not silently dropped. Writes under --out:
-topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, time_breakdown.png.
+but never finished are listed as incomplete, not silently dropped. `--label DIR=NAME` names the data of the
+runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`). Writes under --out:
+topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, accuracy_vs_round.png, time_breakdown.png.
 """
 from __future__ import annotations
 
@@ -25,12 +27,15 @@ BASELINE = ["env", "dataset", "partition", "model"]
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
 
 
-def load(dirs: list[str]) -> tuple[pd.DataFrame, list[Path]]:
+def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[Path]]:
     frames, incomplete = [], []
     for d in dirs:
         for path in sorted(Path(d).rglob("rounds.csv")):
             if (path.parent / "done.json").exists():
-                frames.append(pd.read_csv(path))
+                frame = pd.read_csv(path)
+                if labels and d.rstrip("/") in labels:
+                    frame["dataset"] = labels[d.rstrip("/")]
+                frames.append(frame)
             else:
                 incomplete.append(path)
     if not frames:
@@ -48,8 +53,12 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         run = run.sort_values("round")
         reached = run.loc[run["accuracy"] >= target, "round"]
         out = {k: run[k].iloc[0] for k in SETTING + ["seed"]}
+        # all clients' upload until the target is first reached, per client of the population
+        upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
+            if len(reached) else np.nan
         out.update(final_accuracy=run["accuracy"].dropna().iloc[-1],
                    rounds_to_target=int(reached.iloc[0]) + 1 if len(reached) else np.nan,
+                   upload_to_target=upload,
                    up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
                    upload_total_per_client=run["bytes_up_per_client"].sum(),
                    rounds=len(run), **{s: run[s].mean() for s in STAGES + ["t_round"]})
@@ -63,7 +72,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     t = g.agg(seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
-              round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean")).reset_index()
+              round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean"),
+              reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean")).reset_index()
     dense = t[(t["compression"] == "none") & (t["secagg"] == "none")].set_index(BASELINE)
     key = t.set_index(BASELINE).index
     t["up_vs_dense"] = t["up_per_client"].to_numpy() / dense["up_per_client"].reindex(key).to_numpy()
@@ -77,12 +87,14 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              "Final test accuracy: mean ± std over seeds. Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
-             f"Rounds to target: first round with accuracy >= {target} (mean over seeds; blank = never).", ""]
+             f"Rounds to target: first round with accuracy >= {target}, mean over the seeds that reached it (their "
+             "count after the slash; blank = none did); upload to target: every client's upload until then, per "
+             "client of the population (cumulative bytes, mean over those seeds).", ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | seeds | accuracy | Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
-              "| rounds to target |")
+              f"| rounds to {target} | upload to {target} |")
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     for r in t.itertuples():
         lines.append(
@@ -91,7 +103,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_change:+.3f} "
             f"| {r.up_per_client:,.0f} | {r.up_vs_dense:.4f} | {r.down_per_client:,.0f} | {r.down_vs_dense:.4f} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
-            f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f}'} |")
+            f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
+            f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |")
     if len(envs) > 1:
         lines += ["", "## Environments compared (seconds per round)", "",
                   t.pivot_table(index=["dataset", "model", "compression", "ratio", "secagg"], columns="env",
@@ -110,18 +123,19 @@ def _num(x: float) -> str:
 
 def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    base = runs[(runs["secagg"] == "none") & ((runs["compression"] == "none") |
-                                             ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool)))]
+    base = runs[(runs["compression"] == "none") |
+                ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
-    for (dataset, partition, model), g in base.groupby(["dataset", "partition", "model"]):
+    for (dataset, partition, model, secagg), g in base.groupby(["dataset", "partition", "model", "secagg"]):
         s = g.groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
         params = int(g["n_params"].iloc[0])
-        ax.errorbar(s.index, s["mean"], yerr=s["std"], marker="o", capsize=3,
-                    label=f"{model} ({params:,} params), {dataset} {partition}")
+        masked = "" if secagg == "none" else f", {secagg} (shared index set)"
+        ax.errorbar(s.index, s["mean"], yerr=s["std"], marker="o", capsize=3, linestyle="-" if secagg == "none" else "--",
+                    label=f"{model} ({params:,} params), {dataset} {partition}{masked}")
     ax.set_xscale("log")
     ax.set_xlabel("compress ratio (fraction of entries kept; 1 = dense)")
     ax.set_ylabel("final test accuracy")
-    ax.set_title("Top-k with error feedback, no masking: accuracy vs. ratio\n(mean ± std over seeds)")
+    ax.set_title("Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -154,6 +168,31 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
     plt.close(fig)
 
 
+def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
+    """One panel per data, partition and model: test accuracy each round, mean over seeds, per setting."""
+    rows = rows.dropna(subset=["accuracy"])
+    label = rows["compression"] + np.where(rows["compression"] == "none", "", " " + rows["ratio"].astype(str)) \
+        + np.where(rows["secagg"] != "none", " + " + rows["secagg"], "") \
+        + np.where(rows["error_feedback"].astype(bool) | (rows["compression"] == "none"), "", " no EF")
+    rows = rows.assign(setting=label)
+    panels = list(rows.groupby(["dataset", "partition", "model"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
+    for ax, ((dataset, partition, model), g) in zip(axes[0], panels):
+        for name, c in g.groupby("setting"):
+            curve = c.groupby("round")["accuracy"].mean()
+            ax.plot(curve.index + 1, curve.to_numpy(), label=name, linewidth=1.2,
+                    linestyle="--" if "+" in name else "-")
+        ax.set_title(f"{model}, {dataset} ({partition})", fontsize=9)
+        ax.set_xlabel("round")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=6, ncol=2)
+    axes[0][0].set_ylabel("test accuracy (mean over seeds)")
+    fig.suptitle("Accuracy vs. round (dashed: masked)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
 def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     g = t_runs.groupby(["dataset", "model", "compression", "ratio", "secagg"])[STAGES + ["t_round"]].mean()
     g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
@@ -179,8 +218,11 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--out", default="results")
     ap.add_argument("--target", type=float, default=0.9, help="accuracy for the rounds-to-target column")
+    ap.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
+                    help="name the data of the runs under DIR (repeatable)")
     args = ap.parse_args(argv)
-    rows, incomplete = load(args.dirs)
+    labels = dict(item.split("=", 1) for item in args.label)
+    rows, incomplete = load(args.dirs, {k.rstrip("/"): v for k, v in labels.items()})
     runs = per_run(rows, args.target)
     t = table(runs)
     out = Path(args.out)
@@ -190,6 +232,7 @@ def main(argv=None) -> pd.DataFrame:
     (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command))
     plot_accuracy_vs_ratio(runs, out / "accuracy_vs_ratio.png")
     plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
+    plot_accuracy_vs_round(rows, out / "accuracy_vs_round.png")
     plot_time_breakdown(runs, out / "time_breakdown.png")
     print(f"report: {len(runs)} runs, {len(t)} settings, {len(incomplete)} incomplete -> {out}")
     return t

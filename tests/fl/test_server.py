@@ -1,0 +1,56 @@
+"""The Server role: what each worker is sent (catch-ups for stale ones), what each client's downlink costs,
+and how a round's result lands in the global weights."""
+import numpy as np
+
+import fl
+from fl import wire
+from fl.config import validate
+from fl.plan import Plan
+from fl.server import Server
+
+LAYERS = [4096, 64, 640, 10]
+
+
+def _server(*overrides):
+    plan = Plan.build(validate(fl.compose(["model=mlp_small", *overrides])), LAYERS)
+    return Server(plan, np.zeros(plan.length, np.float32))
+
+
+def test_a_compressed_broadcast_sends_stale_and_revived_workers_a_catch_up_and_counts_it_per_client():
+    server = _server("secagg=none", "compression.ratio=0.1")
+    put = lambda message: message  # noqa: E731  (inline: the message itself is the handle)
+    delivery, down, catchups = server.broadcast(0, [0, 1, 2, 3], {0: [0, 2], 1: [1, 3]}, put)
+    assert delivery.catchup is None and catchups == 0 and down == 4 * server.sizes[0]
+    for w in (0, 1):
+        assert delivery.to(w) == (delivery.ref, None)
+    server.weights += 0.01
+    delivery, down, catchups = server.broadcast(1, [0, 1], {0: [0]}, put)  # worker 1 sits this round out
+    delivery.to(0)
+    assert wire.decode_broadcast(delivery.ref, server.plan.length).is_delta and catchups == 0
+    server.weights += 0.01
+    server.forget([0])  # worker 0 died and was replaced: it holds no model
+    delivery, down, catchups = server.broadcast(2, [2, 3, 5], {0: [2], 1: [3, 5]}, put)
+    assert delivery.stale == {0, 1} and delivery.to(1)[1] == delivery.catchup  # worker 1 missed round 1
+    catchup = wire.decode_broadcast(delivery.catchup, server.plan.length)
+    assert catchup.round == 1 and not catchup.is_delta
+    # clients 2 and 3 missed round 1 (one broadcast, smaller than the dense round 0); client 5 never had one
+    missed = [server.sizes[1], server.sizes[1], server.sizes[0]]
+    assert catchups == 3 and down == 3 * server.sizes[2] + sum(missed)
+
+
+def test_a_dense_broadcast_is_the_whole_model_and_needs_no_catch_up():
+    server = _server("secagg=none", "compression=none")
+    put = lambda message: message  # noqa: E731
+    server.broadcast(0, [0, 1], {0: [0, 1]}, put)
+    delivery, down, catchups = server.broadcast(1, [2, 3], {1: [3], 0: [2]}, put)
+    assert delivery.catchup is None and catchups == 0 and down == 2 * server.sizes[1]
+
+
+def test_a_masked_result_lands_at_the_index_set_only():
+    server = _server("secagg=dh", "compression.ratio=0.01", "compression.index_policy=randk")
+    server.broadcast(0, [0, 1], {0: [0, 1]}, lambda m: m)
+    values = np.arange(1, server.plan.k + 1, dtype=np.float32)
+    server.apply_masked(0, values, 2.0, None)
+    expected = np.zeros(server.plan.length, np.float32)
+    expected[server.positions] = values
+    np.testing.assert_array_equal(server.weights, expected)

@@ -280,3 +280,33 @@ def test_every_model_runs_a_federated_round_on_every_dataset(tmp_path, tiny, dat
     assert rows["bytes_up"].iloc[0] > 0
 
 
+
+
+def test_a_revived_worker_catches_up_and_trains_its_clients_from_the_model_they_hold(tmp_path, monkeypatch):
+    """A worker replaced before round 3 holds no model while the broadcast is a delta: it is sent the dense
+    model of round 2 first, so (with no client state to lose) the run is the run without the replacement."""
+    from fl.runtime.pool import InlinePool
+
+    settings = ("secagg=none", "compression=topk", "compression.ratio=0.1", "compression.error_feedback=false",
+                "fl.rounds=5", "fl.num_clients=6", "fl.clients_per_round=6", "ray.num_workers=2")
+    calm = small(tmp_path / "calm", *settings)
+    original_attach, rounds = InlinePool.attach, []
+
+    def attach(self, data, plan):
+        self.data, self.plan = data, plan
+        original_attach(self, data, plan)
+
+    def revive(self):
+        rounds.append(len(rounds))
+        if len(rounds) == 4:  # before round 3
+            self.workers[0] = Worker("cpu", 0)
+            self.workers[0].attach(self.data, self.plan)
+            return [0]
+        return []
+
+    monkeypatch.setattr(InlinePool, "attach", attach)
+    monkeypatch.setattr(InlinePool, "revive", revive)
+    revived = small(tmp_path / "revived", *settings)
+    assert rounds == [0, 1, 2, 3, 4]
+    for column in ("accuracy", "loss", "bytes_up", "bytes_down", "catchups"):
+        np.testing.assert_array_equal(calm[column], revived[column])

@@ -43,7 +43,16 @@ def _seal(msg) -> bytes:
     return body + _CHECKSUM_TAG + crc32c(body).to_bytes(4, "little")
 
 
-def _parse(cls, data: bytes, what: str):
+# Fixed part of any message (version, session, ids, field tags, checksum), for the size limits below.
+_FRAME_BYTES = 128
+ADVERTISE_LIMIT = _FRAME_BYTES + 2 * 34  # two 32-byte public keys with their tags
+
+
+def _parse(cls, data: bytes, what: str, limit: int | None = None):
+    """Check the size limit of this message type first, so a client cannot make the server checksum or
+    parse an arbitrarily long message; then the checksum, the protobuf and the wire version."""
+    if limit is not None and len(data) > limit:
+        raise WireError(f"{what}: {len(data)} bytes, over the {limit}-byte limit of this message")
     data = bytes(data)
     if len(data) < 5 or data[-5:-4] != _CHECKSUM_TAG:
         raise WireError(f"{what}: no checksum field at the end: truncated ({len(data)} bytes)")
@@ -89,9 +98,10 @@ def encode_update(round: int, client_id: int, codec: str, length: int, weight: f
                                  weight=weight, payload=payload))
 
 
-def decode_update(data: bytes, round: int, length: int) -> pb.ClientUpdate:
+def decode_update(data: bytes, round: int, length: int, max_payload: int | None = None) -> pb.ClientUpdate:
+    """`max_payload`: the largest payload the round's codec produces for `length` entries (its size bound)."""
     what = "client update"
-    msg = _parse(pb.ClientUpdate, data, what)
+    msg = _parse(pb.ClientUpdate, data, what, None if max_payload is None else _FRAME_BYTES + max_payload)
     # the server's hot path (every update of every round): the error texts are formatted only on failure
     if msg.round != round:
         raise WireError(f"{what}: round {msg.round}, expected {round} (replayed or stale)")
@@ -142,7 +152,7 @@ def encode_advertise(m: secagg.AdvertiseKeys) -> bytes:
 
 def decode_advertise(data: bytes) -> secagg.AdvertiseKeys:
     what = "advertise-keys message"
-    msg = _parse(pb.AdvertiseKeys, data, what)
+    msg = _parse(pb.AdvertiseKeys, data, what, ADVERTISE_LIMIT)
     _check_session(msg.session, what)
     return secagg.AdvertiseKeys(session=msg.session, client_id=_check_id(msg.client_id, what),
                                 cipher_public_key=_check_key(msg.cipher_public_key, what, "cipher public key"),
@@ -172,9 +182,11 @@ def encode_share_keys(m: secagg.ShareKeys) -> bytes:
                               recipients=[cid for cid, _ in m.shares], ciphertexts=b"".join(ct for _, ct in m.shares)))
 
 
-def decode_share_keys(data: bytes) -> secagg.ShareKeys:
+def decode_share_keys(data: bytes, peers: int | None = None) -> secagg.ShareKeys:
+    """`peers`: the most recipients a client can address (the cohort's size)."""
     what = "share-keys message"
-    msg = _parse(pb.ShareKeys, data, what)
+    msg = _parse(pb.ShareKeys, data, what,
+                 None if peers is None else _FRAME_BYTES + peers * (secagg.CIPHERTEXT_BYTES + 12))
     _check_session(msg.session, what)
     ids = _check_ids(msg.recipients, what, "recipients")
     cts = _split(msg.ciphertexts, secagg.CIPHERTEXT_BYTES, len(ids), what, "ciphertexts")
@@ -205,7 +217,7 @@ def encode_masked(m: secagg.MaskedInput) -> bytes:
 
 def decode_masked(data: bytes, length: int) -> secagg.MaskedInput:
     what = "masked input"
-    msg = _parse(pb.MaskedInput, data, what)
+    msg = _parse(pb.MaskedInput, data, what, _FRAME_BYTES + 4 * length)
     _check_session(msg.session, what)
     _need(msg.length == length, what, f"vector length {msg.length}, expected {length}")
     _need(len(msg.masked) == 4 * length, what,
@@ -235,9 +247,11 @@ def encode_unmask_response(m: secagg.UnmaskResponse) -> bytes:
         key_owners=[cid for cid, _ in m.key_shares], key_shares=b"".join(share for _, share in m.key_shares)))
 
 
-def decode_unmask_response(data: bytes) -> secagg.UnmaskResponse:
+def decode_unmask_response(data: bytes, peers: int | None = None) -> secagg.UnmaskResponse:
+    """`peers`: the most clients whose shares one response can hold (the cohort's size)."""
     what = "unmask response"
-    msg = _parse(pb.UnmaskResponse, data, what)
+    msg = _parse(pb.UnmaskResponse, data, what,
+                 None if peers is None else _FRAME_BYTES + peers * 2 * (secagg.SHARE_BYTES + 12))
     _check_session(msg.session, what)
     b_owners = _check_ids(msg.self_mask_owners, what, "self-mask share owners")
     _need(len(b_owners) > 0, what, "no self-mask shares (truncated?)")

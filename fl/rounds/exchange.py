@@ -7,6 +7,7 @@ import time
 from fl.runtime.worker import CHUNK_BYTES
 
 WORKER_DIED = object()  # in place of a message: the client's worker died before sending it
+REFUSED = b""  # a client's message when its own update was invalid (NaN/Inf, or too large to quantize)
 
 
 class Tally:

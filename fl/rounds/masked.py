@@ -11,7 +11,7 @@ from tqdm import tqdm
 import secagg
 from fl import wire
 from fl.rounds.client import corrected_update, keep_residual, sync
-from fl.rounds.exchange import WORKER_DIED, Tally, exchange
+from fl.rounds.exchange import REFUSED, WORKER_DIED, Tally, exchange
 from fl.rounds.layout import MaskedLayout
 from fl.seeds import client_seed
 
@@ -74,22 +74,14 @@ def masked_input(worker, broadcast: bytes, round: int, bundles: dict[int, bytes]
         t1 = time.perf_counter()
         rng = np.random.default_rng(client_seed(plan.training.seed, round, cid) ^ 0x5EC)
         w = min(n / worker.mean_samples, plan.max_weight)
-        if not np.isfinite(corrected).all():  # NaN/Inf: nothing is sent; the round goes on without it
+        try:  # the quantizer refuses NaN/Inf in what it is given: a weighted value or sketch cell may overflow
+            vector = _masked_vector(plan, layout, corrected, w, idx, sketch, rng, worker.staged, cid)
+        except ValueError:  # the client refuses to send: the round goes on without it
             worker.pending.pop(cid, None)
-            yield cid, None
+            worker.staged.pop(cid, None)
+            t["t_encode"] += time.perf_counter() - t1
+            yield cid, REFUSED
             continue
-        q_weight = layout.weight(w, rng)
-        if plan.linear is not None:  # count sketch: the weighted update's table is the message
-            vector = layout.join(None, q_weight, layout.sketch(plan.linear.sketch_table(corrected * w), rng))
-        else:
-            q_values, sent = layout.values(corrected[idx] * w, rng)
-            if plan.error_feedback or sketch is not None:
-                residual = corrected.copy()
-                residual[idx] -= sent / w  # clipping and rounding error stay in the residual
-                if plan.error_feedback:
-                    worker.staged[cid] = residual  # kept once the round is known to be applied
-            q_sketch = layout.sketch(sketch.sketch(residual), rng) if sketch is not None else None
-            vector = layout.join(q_values, q_weight, q_sketch)
         t2 = time.perf_counter()
         try:
             bundle = wire.decode_share_bundle(bundles[cid])
@@ -102,6 +94,25 @@ def masked_input(worker, broadcast: bytes, round: int, bundles: dict[int, bytes]
         t["t_mask"] += time.perf_counter() - t2
         yield cid, message
     t.update(worker.stats())
+
+
+def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, idx, sketch, rng, staged: dict,
+                   cid: int) -> np.ndarray:
+    """The client's vector in the layout; its new residual is staged (kept once the round is applied)."""
+    if not np.isfinite(corrected).all():
+        raise ValueError("update is not finite")
+    q_weight = layout.weight(w, rng)
+    if plan.linear is not None:  # count sketch: the weighted update's table is the message
+        return layout.join(None, q_weight, layout.sketch(plan.linear.sketch_table(corrected * w), rng))
+    q_values, sent = layout.values(corrected[idx] * w, rng)  # float32: an overflow to inf is refused
+    residual = None
+    if plan.error_feedback or sketch is not None:
+        residual = corrected.copy()
+        residual[idx] -= sent / w  # clipping and rounding error stay in the residual
+    q_sketch = layout.sketch(sketch.sketch(residual), rng) if sketch is not None else None
+    if plan.error_feedback:
+        staged[cid] = residual
+    return layout.join(q_values, q_weight, q_sketch)
 
 
 def unmask(worker, request: bytes, clients: list[int], t: dict):
@@ -118,7 +129,7 @@ class MaskedAggregator:
     """The mask protocol's server state machine (bytes in, bytes out) and the layout's dequantization."""
 
     def __init__(self, plan, session: bytes, cohort: list[int], layout: MaskedLayout):
-        self.layout, self.length = layout, layout.length
+        self.layout, self.length, self.peers = layout, layout.length, len(cohort)
         self.config = plan.round_config(session, cohort, self.length)
         self.state = secagg.get(plan.secagg).Server(self.config)
 
@@ -129,7 +140,7 @@ class MaskedAggregator:
         return wire.encode_roster(self.state.roster())
 
     def add_shares(self, message: bytes) -> None:
-        self.state.receive_shares(wire.decode_share_keys(message))
+        self.state.receive_shares(wire.decode_share_keys(message, self.peers))
 
     def bundles(self) -> dict[int, bytes]:
         """The encrypted shares addressed to each client that sent shares, as one message per client."""
@@ -143,7 +154,7 @@ class MaskedAggregator:
         return wire.encode_unmask_request(request), request.survivors
 
     def add_unmask(self, message: bytes) -> None:
-        self.state.receive_unmask(wire.decode_unmask_response(message))
+        self.state.receive_unmask(wire.decode_unmask_response(message, self.peers))
 
     def result(self) -> tuple[np.ndarray, float, np.ndarray | None]:
         """(mean update at the index set, summed weight, summed sketch or None); raises RoundAborted."""
@@ -178,10 +189,27 @@ class _Steps:
         for cid, msg in exchange(self.pool, step, calls, called, self.tally.stats, message_bytes):
             if msg is None or msg is WORKER_DIED:
                 lost.add(cid)
+            elif msg == REFUSED:  # its own update was invalid: rejected, never aggregated
+                self.reject(cid)
             else:
                 yield cid, msg
         self.drops[name] += len(lost & self.alive)
         self.alive -= lost
+
+    def take(self, add, cid: int, msg: bytes) -> None:
+        """Hand a client's message to the server's state machine; a malformed one (wrong session, bad
+        encoding, failed checksum) rejects that client, and the round goes on without it."""
+        try:
+            self.tally.timed("t_aggregate", add, msg)
+        except secagg.RoundAborted:
+            raise
+        except (secagg.ProtocolError, wire.WireError) as err:
+            self.reject(cid)
+            tqdm.write(f"rejected a message of client {cid}: {err}")
+
+    def reject(self, cid: int) -> None:
+        self.tally.row["rejected"] += 1
+        self.alive.discard(cid)
 
     def finish(self, row: dict, late_ignored: int) -> None:
         names = list(self.started) + ["end"]
@@ -203,17 +231,16 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
     agg = MaskedAggregator(plan, session, cohort, layout)
     steps = _Steps(pool, tally, cohort, by_worker, plan.dropout,
                    np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17])))
-    up = tally.timed
     try:
-        for _, msg in steps.run(advertise, "advertise",
-                                lambda w, cs: (r, session, cohort, cs, agg.length, server.aborted_rounds)):
+        for cid, msg in steps.run(advertise, "advertise",
+                                  lambda w, cs: (r, session, cohort, cs, agg.length, server.aborted_rounds)):
             tally.up_protocol += len(msg)
-            up("t_aggregate", agg.add_keys, msg)
+            steps.take(agg.add_keys, cid, msg)
         roster = agg.roster()
         tally.down += len(roster) * len(steps.alive)
-        for _, msg in steps.run(share_keys, "share_keys", lambda w, cs: (roster, cs) if cs else None):
+        for cid, msg in steps.run(share_keys, "share_keys", lambda w, cs: (roster, cs) if cs else None):
             tally.up_protocol += len(msg)
-            up("t_aggregate", agg.add_shares, msg)
+            steps.take(agg.add_shares, cid, msg)
         bundles = agg.bundles()
         tally.down += sum(len(b) for b in bundles.values())
         steps.alive &= set(bundles)
@@ -221,17 +248,17 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
         def masked_args(w, cs):
             return _with(delivery.to(w), r, {c: bundles[c] for c in cs}, cs) if cs else None
 
-        for _, msg in steps.run(masked_input, "masked_input", masked_args, 4.0 * agg.length + 256):
+        for cid, msg in steps.run(masked_input, "masked_input", masked_args, 4.0 * agg.length + 256):
             tally.up_payload += len(msg)
-            up("t_aggregate", agg.add, msg)
+            steps.take(agg.add, cid, msg)
         request, survivors = agg.unmask_request()
         tally.up_sketch = 4 * layout.cells * len(survivors)
         tally.down += len(request) * len(survivors)
         steps.alive &= set(survivors)
-        for _, msg in steps.run(unmask, "unmask", lambda w, cs: (request, cs) if cs else None):
+        for cid, msg in steps.run(unmask, "unmask", lambda w, cs: (request, cs) if cs else None):
             tally.up_protocol += len(msg)
-            up("t_aggregate", agg.add_unmask, msg)
-        values, weight, cells = up("t_unmask", agg.result)
+            steps.take(agg.add_unmask, cid, msg)
+        values, weight, cells = tally.timed("t_unmask", agg.result)
     except secagg.RoundAborted as err:  # below t: nothing revealed, nothing applied; the run goes on
         tally.row["aborted"] = True
         tqdm.write(f"round {r}: aborted: {err}")

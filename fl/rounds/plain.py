@@ -51,15 +51,15 @@ def encode_updates(worker, trained: list[tuple[int, np.ndarray, int]], round: in
 class PlainAggregator:
     """Weighted FedAvg of decoded client updates, summed one message at a time."""
 
-    def __init__(self, round: int, length: int):
-        self.round, self.length = round, length
+    def __init__(self, round: int, length: int, max_payload: int | None = None):
+        self.round, self.length, self.max_payload = round, length, max_payload
         self.total = np.zeros(length, np.float64)
         self.scratch = np.empty(length, np.float64)  # reused: no 8n-byte allocation per message
         self.weight = 0.0
         self.rejected = 0
 
     def add(self, message: bytes) -> None:
-        msg = wire.decode_update(message, self.round, self.length)
+        msg = wire.decode_update(message, self.round, self.length, self.max_payload)
         try:
             update = compression.get(msg.codec)().decode(msg.payload, self.length)
         except ValueError:  # includes compression.DecodeError: a non-finite or malformed payload is never summed
@@ -73,6 +73,14 @@ class PlainAggregator:
         return None if self.weight == 0 else (self.total / self.weight).astype(np.float32)
 
 
+def _payload_bound(codec, length: int) -> int | None:
+    """The codec's stated size bound for `length` entries (None for a codec that states none)."""
+    try:
+        return int(codec.size(length))
+    except NotImplementedError:
+        return None
+
+
 def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], delivery) -> None:
     """One exchange: the server sums the updates in client-id order as they arrive and applies their mean.
     A malformed or non-finite update is rejected and never aggregated; the round goes on without it."""
@@ -81,7 +89,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
     for w, clients in by_worker.items():
         ref, catchup = delivery.to(w)
         calls[w] = (ref, r, clients, catchup)
-    agg = PlainAggregator(r, length)
+    agg = PlainAggregator(r, length, _payload_bound(server.plan.client_codec, length))
     # a bound per message: dense is 4 bytes an entry, and top-k's bitmap near ratio 1 adds n/8
     for cid, msg in exchange(pool, client_round, calls, by_worker, tally.stats, 4.125 * length + 256):
         if msg is WORKER_DIED:

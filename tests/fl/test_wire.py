@@ -223,3 +223,20 @@ def test_secagg_messages_roundtrip_to_equal_dataclasses():
     ]
     for msg, encode, decode in msgs:
         assert decode(encode(msg)) == msg
+
+
+def test_a_message_over_its_types_size_limit_is_refused_before_its_checksum_is_computed(monkeypatch):
+    import secagg as sa
+
+    calls = []
+    monkeypatch.setattr(wire, "crc32c", lambda data: calls.append(len(data)) or 0)
+    too_long = b"\0" * 10_000
+    for decode, args in ((wire.decode_advertise, ()), (wire.decode_masked, (100,)),
+                         (wire.decode_share_keys, (5,)), (wire.decode_unmask_response, (5,)),
+                         (wire.decode_update, (0, 100, 500))):
+        with pytest.raises(wire.WireError, match="over the .*-byte limit"):
+            decode(too_long, *args)
+    assert calls == []  # refused on its length alone
+    limit = wire._FRAME_BYTES + 5 * (sa.CIPHERTEXT_BYTES + 12)
+    with pytest.raises(wire.WireError, match="checksum"):  # just under the limit: on to the checksum
+        wire.decode_share_keys(b"\0" * (limit - 1) + b"", 5)

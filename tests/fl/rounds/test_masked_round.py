@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import fl
+import fl.seeds
 import secagg
 from compression.index_policy import IndexPolicy
 from fl import wire
@@ -110,47 +111,110 @@ def test_the_layout_packs_and_unpacks_both_ways(k, cells):
                                                                                            q_weight, None)
 
 
+class Spy:
+    """What a masked run's clients masked, which survivors the server summed, and what it applied."""
+
+    def __init__(self, monkeypatch):
+        import secagg.dh_client
+        from fl.server import Server
+
+        self.vectors, self.sums, self.applied = {}, [], []
+        client_input, unmask_request, apply_masked = (secagg.dh_client.Client.masked_input,
+                                                      MaskedAggregator.unmask_request, Server.apply_masked)
+        spy = self
+
+        def masked_input(self, bundle, vector):
+            spy.vectors[(self.config.session, self.client_id)] = vector.copy()
+            return client_input(self, bundle, vector)
+
+        def request(self):
+            out = unmask_request(self)
+            plain = np.zeros(self.length, np.uint32)
+            for cid in out[1]:
+                plain += spy.vectors[(self.config.session, cid)]  # wraps mod 2^32, as the field does
+            spy.sums.append((self.layout.unpack(plain), out[1]))
+            return out
+
+        def apply(self, r, values, weight, cells):
+            before = self.weights.copy()
+            apply_masked(self, r, values, weight, cells)
+            spy.applied.append((before, self.weights.copy(), self.positions.copy(), values, weight))
+
+        monkeypatch.setattr(secagg.dh_client.Client, "masked_input", masked_input)
+        monkeypatch.setattr(MaskedAggregator, "unmask_request", request)
+        monkeypatch.setattr(Server, "apply_masked", apply)
+
+    def check_exact(self, without=()):
+        """Each applied update is the dequantized plain sum of its survivors' vectors (none of `without`),
+        applied at the round's index set and nowhere else; returns the survivors of each applied round."""
+        rounds = []
+        for before, after, positions, values, weight in self.applied:
+            (plain_values, plain_weight, _), survivors = next(s for s in self.sums if np.array_equal(s[0][0], values))
+            assert plain_weight == weight and not set(survivors) & set(without)
+            expected = before.copy()
+            expected[positions] += plain_values
+            np.testing.assert_array_equal(after, expected)
+            rounds.append(survivors)
+        return rounds
+
+
+def _masked_run(tmp_path, *overrides):
+    return fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=dh",
+                              "compression.ratio=0.1", "fl.num_clients=12", "fl.clients_per_round=8", *overrides]))
+
+
 def test_the_update_a_masked_run_applies_is_the_plain_weighted_mean_of_its_survivors(tmp_path, monkeypatch):
     """End to end, with partial participation and dropouts at every step: each applied update is exactly the
-    dequantized plain (unmasked) field sum of the survivors' vectors, applied at the round's index set, and
-    within quantization error of the survivors' weighted mean of what they sent."""
-    import secagg.dh_client
-    from fl.server import Server
+    dequantized plain (unmasked) field sum of the survivors' vectors, applied at the round's index set."""
+    spy = Spy(monkeypatch)
+    rows = _masked_run(tmp_path, "secagg.dropout=0.1", "fl.rounds=5")
+    assert rows["dropped"].sum() > 0 and len(spy.applied) == (~rows["aborted"]).sum() >= 3
+    assert all(len(survivors) >= 5 for survivors in spy.check_exact())
 
-    vectors, sums, applied = {}, [], []
-    client_input = secagg.dh_client.Client.masked_input
 
-    def masked_input(self, bundle, vector):
-        vectors[(self.config.session, self.client_id)] = vector.copy()
-        return client_input(self, bundle, vector)
+def test_a_malformed_message_rejects_its_client_and_the_round_goes_on_with_the_exact_sum_of_the_rest(
+        tmp_path, monkeypatch):
+    """A corrupted advertisement (client 4's) and a corrupted masked input (the first client of each round
+    after it): each is rejected at the server, counted, and the others' round completes."""
+    from fl import wire as fl_wire
 
-    unmask_request = MaskedAggregator.unmask_request
+    advertise, masked = fl_wire.encode_advertise, fl_wire.encode_masked
+    first = {}
 
-    def request(self):
-        out = unmask_request(self)
-        plain = np.zeros(self.length, np.uint32)
-        for cid in out[1]:
-            plain += vectors[(self.config.session, cid)]  # wraps mod 2^32, as the field does
-        sums.append((self.layout.unpack(plain), len(out[1])))
+    def bad_advertise(m):
+        out = advertise(m)
+        return out[:-1] + bytes([out[-1] ^ 1]) if m.client_id == 4 else out  # the checksum no longer matches
+
+    def bad_masked(m):
+        out = masked(m)
+        if first.setdefault(m.session, m.client_id) == m.client_id:
+            return out[:-1] + bytes([out[-1] ^ 1])
         return out
 
-    apply_masked = Server.apply_masked
+    monkeypatch.setattr(fl_wire, "encode_advertise", bad_advertise)
+    monkeypatch.setattr(fl_wire, "encode_masked", bad_masked)
+    spy = Spy(monkeypatch)
+    rows = _masked_run(tmp_path, "fl.rounds=4")
+    cohorts = [fl.seeds.cohort(0, r, 12, 8) for r in range(4)]
+    assert rows["rejected"].tolist() == [1 + (4 in c) for c in cohorts] and not rows["aborted"].any()
+    survivors = spy.check_exact(without=(4,))
+    assert [len(s) for s in survivors] == [7 - (4 in c) for c in cohorts]
 
-    def apply(self, r, values, weight, cells):
-        before = self.weights.copy()
-        apply_masked(self, r, values, weight, cells)
-        applied.append((before, self.weights.copy(), self.positions.copy(), values, weight))
 
-    monkeypatch.setattr(secagg.dh_client.Client, "masked_input", masked_input)
-    monkeypatch.setattr(MaskedAggregator, "unmask_request", request)
-    monkeypatch.setattr(Server, "apply_masked", apply)
-    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=dh",
-                              "secagg.dropout=0.1", "compression.ratio=0.1", "fl.num_clients=12",
-                              "fl.clients_per_round=8", "fl.rounds=5"]))
-    assert rows["dropped"].sum() > 0 and len(applied) == (~rows["aborted"]).sum() >= 3
-    for before, after, positions, values, weight in applied:
-        (plain_values, plain_weight, _), survivors = next(s for s in sums if np.array_equal(s[0][0], values))
-        assert plain_weight == weight and survivors >= 5
-        expected = before.copy()
-        expected[positions] += plain_values
-        np.testing.assert_array_equal(after, expected)  # at the index set only, exactly the survivors' mean
+def test_a_finite_update_too_large_to_quantize_is_refused_by_its_client_and_the_run_goes_on(tmp_path, monkeypatch):
+    """3e38 in every entry is finite, but its residual sketch's cells overflow float32: the client sends
+    nothing, the row counts it as rejected, and the others' sum is applied."""
+    from fl.runtime.worker import Worker
+
+    train = Worker.train
+
+    def huge(self, cid, round):
+        update, n = train(self, cid, round)
+        return (np.full_like(update, 3e38) if cid == 2 else update), n
+
+    monkeypatch.setattr(Worker, "train", huge)
+    spy = Spy(monkeypatch)
+    rows = _masked_run(tmp_path, "fl.rounds=4", "fl.num_clients=8")
+    assert (rows["rejected"] == 1).all() and (rows["dropped"] == 0).all() and not rows["aborted"].any()
+    assert [len(s) for s in spy.check_exact(without=(2,))] == [7] * 4
+    assert rows["accuracy"].iloc[-1] > 0.5

@@ -78,7 +78,7 @@ def representative_client(config, dropped, seed):
     out["share_keys"] = [_clock() - t, len(shares), len(roster)]
 
     cts = []
-    for v in config.neighbours(rep):  # each stub encrypts a well-formed (random) share pair to client 0
+    for v in client.graph.neighbours(rep):  # each stub encrypts a well-formed (random) share pair to client 0
         key, _ = transport_keys(peers[v][0], mine.cipher_public_key, session, v, rep)
         payload = shamir.random_field(2 * shamir.CHUNKS).astype("<u4").tobytes()
         cts.append((v, encrypt_shares(key, session, v, rep, payload)))

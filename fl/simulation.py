@@ -82,7 +82,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             stats["t_broadcast"] = time.perf_counter() - t0
             tally = Tally(row, stats, down)
             if plan.masked:
-                if not masked.run(server, pool, tally, r, chash, cohort, by_worker, delivery):
+                if not masked.run(server, pool, tally, r, chash, cohort, by_worker, delivery, log.run_id):
                     server.aborted(r)
             else:
                 plain.run(server, pool, tally, r, by_worker, delivery)

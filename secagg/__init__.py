@@ -2,15 +2,17 @@
 
 Protocols (registry names): `dh` (alias `DHProtocol`) is Bonawitz et al. (CCS 2017) double masking with
 Shamir-shared self-mask seeds and mask keys over the full graph; `secaggplus` (alias `SecAggPlusProtocol`)
-is the same over a random k-regular graph of logarithmic degree (Bell et al. 2020); `none` does not mask.
-A round: `config = make_round('dh', session_id(run, round, cohort), cohort, length)`, then
+is the same over a random k-regular graph of logarithmic degree drawn from the key roster (Bell et al. 2020);
+`none` does not mask. A round: `config = make_round('dh', session, cohort, length)` with
+`session = session_id(run, round, cohort, protocol='dh', length=length, nonce=server_nonce)`, then
 `Client(config, id)` / `Server(config)` through advertise keys -> share keys -> masked input -> unmask.
 
 Security promise: against an honest-but-curious server colluding with fewer than t clients, the server
-learns only the sum of the inputs of the surviving clients, who dropped, and the public index set. Dropouts
-at any step are recovered while at least t clients remain; below t the round aborts (RoundAborted) and
-nothing is revealed. Not covered: a malicious server that equivocates or sends different rosters or models
-to different clients. See docs/secagg.md.
+learns only the sum of the surviving clients' masked vectors, who dropped, and the public index set; with
+SecAgg+ only while the survivors stay connected in the graph (checked by clients and server: abort
+otherwise). Dropouts at any step are recovered while at least t clients remain (SecAgg+: per
+neighbourhood); below t the round aborts (RoundAborted) and nothing is revealed. Not covered: a malicious
+server that equivocates or sends different rosters or models to different clients. See docs/secagg.md.
 """
 
 from . import dh, none, secaggplus  # noqa: F401  (importing registers the protocols)
@@ -19,7 +21,7 @@ from .dh_checks import CIPHERTEXT_BYTES
 from .dh_client import Client
 from .dh_server import Server
 from .errors import ProtocolError, RoundAborted
-from .keys import generate_keypair, pairwise_seed, session_id
+from .keys import generate_keypair, pairwise_seed
 from .messages import (
     AdvertiseKeys,
     KeyRoster,
@@ -33,7 +35,8 @@ from .none import NoMasking
 from .prg import prg_uint32
 from .quantize import FixedPointQuantizer
 from .registry import UnknownProtocolError, canonical, get, names, register
-from .round import MAX_CLIENT_ID, RoundConfig, default_degree, make_round
+from .graph import Graph
+from .round import MAX_CLIENT_ID, RoundConfig, default_degree, make_round, session_id
 from .secaggplus import SecAggPlusProtocol
 from .shamir import SHARE_BYTES
 
@@ -43,6 +46,7 @@ __all__ = [
     "Client",
     "DHProtocol",
     "FixedPointQuantizer",
+    "Graph",
     "KeyRoster",
     "MAX_CLIENT_ID",
     "MaskedInput",

@@ -1,8 +1,8 @@
 """Secure aggregation with dropout recovery (Bonawitz et al., CCS 2017): the `dh` protocol.
 
 Each client u holds two fresh X25519 pairs per round, (c_sk, c_pk) for share transport and (s_sk, s_pk)
-for masks, and a fresh self-mask seed b_u. With N(u) its neighbours (all other participants here; a
-k-regular graph for SecAgg+, see secagg/secaggplus.py and secagg/round.py):
+for masks, and a fresh self-mask seed b_u. With N(u) its neighbours (all other roster clients here; a
+k-regular graph for SecAgg+, see secagg/secaggplus.py and secagg/graph.py):
 
     y_u = q_u + PRG(b_u) + sum_{v in N(u) ∩ U2, v > u} PRG(s_uv) - sum_{v in N(u) ∩ U2, v < u} PRG(s_uv)
 

@@ -12,11 +12,12 @@ import numpy as np
 from . import shamir
 from .dh_checks import SHARE_PAYLOAD_BYTES, _check_config, _check_vector, _sorted_ids
 from .errors import ProtocolError, RoundAborted
+from .graph import Graph
 from .keys import (
-    PUBLIC_KEY_BYTES,
     decrypt_shares,
     encrypt_shares,
     generate_keypair,
+    key_problem,
     pairwise_seed,
     private_bytes,
     transport_keys,
@@ -40,28 +41,34 @@ class Client:
     """One client's side of a round. Each step runs once, in order; any failed check ends the client's round.
 
     1. advertise(): two fresh X25519 pairs (c: share transport, s: masks) -> AdvertiseKeys.
-    2. share_keys(roster): check the roster (session, this client's keys, no duplicate or malformed
-       keys, at least t clients); derive transport keys and mask seeds with every neighbour in it; draw
-       the self-mask seed b_u; Shamir-share b_u and s_sk_u among itself and those neighbours; encrypt
-       each neighbour's pair of shares -> ShareKeys.
+    2. share_keys(roster): check the roster (session, this client's keys, no duplicate, malformed,
+       non-canonical or low-order keys, at least t clients); derive the graph from it (config.graph);
+       derive transport keys and mask seeds with every neighbour; draw the self-mask seed b_u;
+       Shamir-share b_u and s_sk_u among itself and its neighbours; encrypt each neighbour's pair of
+       shares -> ShareKeys.
     3. masked_input(bundle, q): decrypt and check the shares addressed to this client (AEAD, sender and
        recipient ids); y = q + PRG(b_u) +- PRG(s_uv) for each neighbour v that sent shares -> MaskedInput.
-    4. unmask(request): check that survivors and dropped are disjoint, account exactly for the clients that
-       sent shares here, list this client as a survivor and count at least t (in its neighbourhood);
+    4. unmask(request): check that survivors and dropped are disjoint, lie in the roster, account exactly
+       for the clients that sent shares here, list this client as a survivor, count at least t (in its
+       neighbourhood) and are connected in the graph (else RoundAborted: a part's sum would be exposed);
        reveal shares of b_w for survivors w, of s_sk_w for dropped w -> UnmaskResponse.
     """
 
-    def __init__(self, config: RoundConfig, client_id: int) -> None:
+    def __init__(self, config: RoundConfig, client_id: int, *, key_seed: bytes | None = None) -> None:
+        """`key_seed`: derive this round's two key pairs from it (simulation only; see generate_keypair)."""
         self.config = _check_config(config)
+        self._key_seed = key_seed
         self.client_id = _client_id(client_id)
-        self._neighbours = frozenset(config.neighbours(self.client_id))  # ValueError if not a participant
+        config.check_participant(self.client_id)  # ValueError if not
+        self.graph: Graph | None = None  # drawn from the roster at share_keys
         self._state = "new"  # new -> advertised -> shared -> masked -> unmasked; failed on any error
 
     # --- 1 ------------------------------------------------------------------------------------
     def advertise(self) -> AdvertiseKeys:
         self._begin("new", "advertise")
-        self._c_sk, c_pk = generate_keypair()
-        self._s_sk, s_pk = generate_keypair()
+        seeds = (None, None) if self._key_seed is None else (self._key_seed + b"/c", self._key_seed + b"/s")
+        self._c_sk, c_pk = generate_keypair(seeds[0])
+        self._s_sk, s_pk = generate_keypair(seeds[1])
         self._own_keys = (c_pk, s_pk)
         self._state = "advertised"
         return AdvertiseKeys(session=self.config.session, client_id=self.client_id, cipher_public_key=c_pk,
@@ -73,10 +80,12 @@ class Client:
         cfg, me = self.config, self.client_id
         self._check_session(roster.session, "roster")
         entries = self._check_roster(roster)
-        peers = [v for v in entries if v in self._neighbours]
-        if len(peers) + 1 < cfg.threshold:  # fewer than t participants (in this client's neighbourhood)
-            raise RoundAborted(f"roster lists {len(peers) + 1} clients of client {me}'s group, fewer than "
-                               f"t={cfg.threshold}", missing=set(self._neighbours) - set(peers))
+        if len(entries) < cfg.threshold:
+            raise RoundAborted(f"roster lists {len(entries)} clients, fewer than t={cfg.threshold}",
+                               missing=set(cfg.participants) - set(entries))
+        self.graph = cfg.graph(roster)
+        peers = list(self.graph.neighbours(me))
+        self._neighbours = frozenset(peers)
         send, self._recv_keys, self._mask_seeds = {}, {}, {}
         for v in peers:  # ProtocolError on a malformed (e.g. low-order) key, before anything is shared
             c_pk, s_pk = entries[v]
@@ -110,8 +119,10 @@ class Client:
         if strangers:
             raise ProtocolError(f"roster lists clients {strangers} that are not participants of this round")
         keys = [k for _, c, s in entries for k in (c, s)]
-        if any(not isinstance(k, bytes) or len(k) != PUBLIC_KEY_BYTES for k in keys):
-            raise ProtocolError(f"roster holds a malformed public key (expected {PUBLIC_KEY_BYTES} bytes)")
+        for key in keys:  # a low-order key is refused by the agreement in share_keys
+            problem = key_problem(key)
+            if problem:
+                raise ProtocolError(f"roster holds a {problem}")
         if len(set(keys)) != len(keys):
             raise ProtocolError("roster lists the same public key twice")
         table = {cid: (c, s) for cid, (_, c, s) in zip(ids, entries)}
@@ -172,6 +183,9 @@ class Client:
         strangers = sorted(listed - set(cfg.participants))
         if strangers:
             raise ProtocolError(f"unmask request lists clients {strangers} that are not participants")
+        absent = sorted(listed - set(self.graph.nodes))
+        if absent:
+            raise ProtocolError(f"unmask request lists clients {absent} that are not in the roster")
         group = self._neighbours | {me}
         not_sent = sorted((listed & group) - self._view)
         if not_sent:
@@ -184,6 +198,10 @@ class Client:
         if alive < cfg.threshold:
             raise RoundAborted(f"unmask request lists {alive} survivors among client {me}'s group, fewer than "
                                f"t={cfg.threshold}: no shares revealed")
+        parts = self.graph.components(survivors)
+        if len(parts) > 1:
+            raise RoundAborted(f"survivors are not connected in the neighbour graph ({len(parts)} parts, sizes "
+                               f"{[len(p) for p in parts]}): a part's sum would be exposed; no shares revealed")
         held = self._held
         self._held = None
         self._state = "unmasked"
@@ -202,4 +220,5 @@ class Client:
 
     def _check_session(self, session: bytes, what: str) -> None:
         if session != self.config.session:
-            raise ProtocolError(f"{what} belongs to a different session")
+            raise ProtocolError(f"{what} belongs to a different session (another run, round, cohort, "
+                                "configuration or server nonce: a replay)")

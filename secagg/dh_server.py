@@ -10,7 +10,8 @@ import numpy as np
 from . import shamir
 from .dh_checks import CIPHERTEXT_BYTES, _check_config, _check_vector, _sorted_ids
 from .errors import ProtocolError, RoundAborted
-from .keys import PUBLIC_KEY_BYTES, pairwise_seed, private_from_bytes, public_bytes
+from .graph import Graph
+from .keys import generate_keypair, key_problem, pairwise_seed, private_from_bytes, public_bytes
 from .keys import client_id as _client_id
 from .messages import (
     AdvertiseKeys,
@@ -29,22 +30,30 @@ from .shamir import ShareError
 class Server:
     """The server's side of a round; aggregates as masked inputs arrive, never holding all of them.
 
-    1. receive_keys(AdvertiseKeys) per client; roster() -> KeyRoster of U1 (RoundAborted if |U1| < t).
+    1. receive_keys(AdvertiseKeys) per client: a client whose keys are malformed, non-canonical,
+       low-order or already taken is refused (ProtocolError, recorded in `rejected`) and left out;
+       roster() -> KeyRoster of U1 (RoundAborted if |U1| < t), and the graph drawn from it.
     2. receive_shares(ShareKeys) per client; bundles() -> one ShareBundle per client of U2 (the senders).
     3. add(MaskedInput): checked, then summed into one uint32 accumulator at once.
-       unmask_request() -> UnmaskRequest with survivors U3 (inputs that arrived) and dropped U2 \\ U3.
+       unmask_request() -> UnmaskRequest with survivors U3 (inputs that arrived) and dropped U2 \\ U3;
+       RoundAborted if U3 is not connected in the graph (a part's sum could be read).
     4. receive_unmask(UnmaskResponse) per survivor; result(): rebuild b_u for u in U3 and s_sk_u for
-       dropped u, check each key against its advertised s_pk, remove the self-masks and the dropped
-       clients' pairwise masks -> exactly sum_{u in U3} q_u.
+       dropped u (from two t-subsets when t + 1 shares are there: a disagreement aborts), check each
+       key against its advertised s_pk, remove the self-masks and the dropped clients' pairwise masks
+       -> exactly sum_{u in U3} q_u.
     Below t at any step: RoundAborted and nothing is revealed. A message that fails a check raises
     ProtocolError and is not applied; the round goes on without it.
-    Accounting: dropped_by_step (who of the previous step did not deliver), survivors (U3), late_ignored
-    (masked inputs that arrived after the unmask request, ignored).
+    Accounting: dropped_by_step (who of the previous step did not deliver; 'advertise': participants not in
+    the roster, refused ones included), rejected (id -> why its advertisement was refused, for clients not
+    in the roster), survivors (U3), late_ignored (masked inputs that arrived after the unmask request).
     """
 
     def __init__(self, config: RoundConfig) -> None:
         self.config = _check_config(config)
         self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._probe, _ = generate_keypair()  # exchanged with each advertised key to find low-order points
+        self.graph: Graph | None = None  # drawn from the roster
+        self.rejected: dict[int, str] = {}
         self._shares: dict[int, dict[int, bytes]] = {}
         self._received: set[int] = set()
         self._responses: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
@@ -53,7 +62,8 @@ class Server:
         self._request: UnmaskRequest | None = None
         self._result: np.ndarray | None = None
         self._sum: np.ndarray | None = None
-        self.dropped_by_step: dict[str, list[int]] = {"share_keys": [], "masked_input": [], "unmask": []}
+        self.dropped_by_step: dict[str, list[int]] = {"advertise": [], "share_keys": [], "masked_input": [],
+                                                      "unmask": []}
         self.survivors: tuple[int, ...] = ()
         self.late_ignored = 0
         self._state = "keys"  # keys -> shares -> inputs -> unmask -> done, or aborted
@@ -65,22 +75,27 @@ class Server:
         if cid in self._keys:
             raise ProtocolError(f"client {cid} advertised keys twice")
         keys = (msg.cipher_public_key, msg.mask_public_key)
-        if any(not isinstance(k, bytes) or len(k) != PUBLIC_KEY_BYTES for k in keys):
-            raise ProtocolError(f"client {cid} sent a malformed public key")
-        if keys[0] == keys[1]:
-            raise ProtocolError(f"client {cid} sent the same public key twice")
-        taken = {k for pair in self._keys.values() for k in pair}
-        if taken.intersection(keys):
-            raise ProtocolError(f"client {cid} sent a public key another client already sent")
+        problem = key_problem(keys[0], self._probe) or key_problem(keys[1], self._probe)
+        if problem is None and keys[0] == keys[1]:
+            problem = "the same public key twice"
+        if problem is None and {k for pair in self._keys.values() for k in pair}.intersection(keys):
+            problem = "a public key another client already sent"  # canonical keys: a byte compare suffices
+        if problem is not None:
+            self.rejected[cid] = problem  # left out of the roster, as if it never advertised
+            raise ProtocolError(f"client {cid} refused at advertise: it sent a {problem}")
+        self.rejected.pop(cid, None)
         self._keys[cid] = keys
 
     def roster(self) -> KeyRoster:
         if self._roster is None:
             self._expect("keys", "roster request")
             u1 = sorted(self._keys)
-            self._abort_below(u1, "advertised keys", set(self.config.participants) - set(u1))
+            self.dropped_by_step["advertise"] = sorted(set(self.config.participants) - set(u1))
+            self._abort_below(u1, "advertised keys", self.dropped_by_step["advertise"])
             self._roster = KeyRoster(session=self.config.session,
                                      keys=tuple((cid, *self._keys[cid]) for cid in u1))
+            self.graph = self.config.graph(self._roster)
+            self._probe = None
             self._state = "shares"
         return self._roster
 
@@ -91,7 +106,7 @@ class Server:
         if cid in self._shares:
             raise ProtocolError(f"client {cid} sent its shares twice")
         recipients = _sorted_ids(msg.shares, f"shares of client {cid}", pairs=True)
-        expected = [v for v in self.config.neighbours(cid) if v in self._keys]
+        expected = list(self.graph.neighbours(cid))
         if list(recipients) != expected:
             raise ProtocolError(f"client {cid} sent shares to {list(recipients)}, expected its neighbours in the "
                                 f"roster {expected}")
@@ -108,7 +123,7 @@ class Server:
             sent = self._shares
             self._bundles = {
                 v: ShareBundle(session=self.config.session, recipient=v,
-                               shares=tuple((u, sent[u][v]) for u in self.config.neighbours(v) if u in sent))
+                               shares=tuple((u, sent[u][v]) for u in self.graph.neighbours(v) if u in sent))
                 for v in u2
             }
             self._shares = {u: {} for u in u2}  # the ciphertexts are forwarded; keep only who sent
@@ -138,6 +153,11 @@ class Server:
             self.dropped_by_step["masked_input"] = dropped
             self.survivors = tuple(u3)
             self._abort_below(u3, "masked input", dropped)
+            parts = self.graph.components(u3)
+            if len(parts) > 1:  # masks between the parts never cancel in one part's sum, so it could be read
+                self._state = "aborted"
+                raise RoundAborted(f"round aborted: the {len(u3)} survivors are not connected in the neighbour "
+                                   f"graph ({len(parts)} parts, sizes {[len(p) for p in parts]})", missing=dropped)
             self._request = UnmaskRequest(session=self.config.session, survivors=tuple(u3), dropped=tuple(dropped))
             self._state = "unmask"
         return self._request
@@ -145,11 +165,10 @@ class Server:
     # --- 4 ------------------------------------------------------------------------------------
     def receive_unmask(self, msg: UnmaskResponse) -> None:
         self._expect("unmask", "unmask response")
-        cfg = self.config
         cid = self._check_sender(msg.session, msg.client_id, self._received, "is not a survivor (not in U3)")
         if cid in self._responses:
             raise ProtocolError(f"client {cid} sent its unmask response twice")
-        group = set(cfg.neighbours(cid)) | {cid}
+        group = set(self.graph.neighbours(cid)) | {cid}
         parts = []
         for entries, owners, what in ((msg.self_mask_shares, self._request.survivors, "self-mask shares"),
                                       (msg.key_shares, self._request.dropped, "key shares")):
@@ -175,15 +194,15 @@ class Server:
         alive = set(survivors)
         # the secrets to rebuild: b_u of every survivor, s_sk_u of every dropped u with a surviving neighbour
         need_b = {u: self._holders(u, responders) for u in survivors}
-        mask_partners = {u: [v for v in cfg.neighbours(u) if v in alive] for u in dropped}
+        mask_partners = {u: [v for v in self.graph.neighbours(u) if v in alive] for u in dropped}
         need_sk = {u: self._holders(u, responders) for u, partners in mask_partners.items() if partners}
         short = sorted(u for u, holders in [*need_b.items(), *need_sk.items()] if len(holders) < cfg.threshold)
         if short:
             self._state = "aborted"
             raise RoundAborted(f"round aborted: fewer than t={cfg.threshold} unmask responses hold shares of the "
                                f"secrets of clients {short}", missing=self.dropped_by_step["unmask"])
-        b = self._rebuild(need_b, part=0)
-        sk = self._rebuild(need_sk, part=2)
+        b = self._rebuild(need_b, part=0, what="self-mask seed")
+        sk = self._rebuild(need_sk, part=2, what="mask key")
         total = self._sum
         scratch = scratch_for(cfg.length)
         for u in survivors:
@@ -204,17 +223,19 @@ class Server:
 
     def _holders(self, u: int, responders: list[int]) -> list[int]:
         """The responders that hold shares of u's secrets (u itself and its neighbours), sorted."""
-        if self.config.full_graph:
+        if self.graph.complete:
             return responders
-        group = set(self.config.neighbours(u)) | {u}
+        group = set(self.graph.neighbours(u)) | {u}
         return [v for v in responders if v in group]
 
-    def _rebuild(self, need: dict[int, list[int]], part: int) -> dict[int, bytes]:
-        """Rebuild each owner's secret from its first t holders; owners with the same holders share one basis."""
+    def _rebuild(self, need: dict[int, list[int]], part: int, what: str) -> dict[int, bytes]:
+        """Rebuild each owner's secret from its first t holders (owners with the same holders share one basis).
+        With a (t + 1)-th holder, rebuild it also from holders 2..t+1 and abort unless both agree: a single
+        forged share moves the two results differently (its Lagrange weights differ), so it cannot pass."""
         t = self.config.threshold
         groups: dict[tuple[int, ...], list[int]] = {}
         for owner, holders in need.items():
-            groups.setdefault(tuple(holders[:t]), []).append(owner)
+            groups.setdefault(tuple(holders[:t + 1]), []).append(owner)
         out = {}
         for holders, owners in groups.items():
             wanted = np.asarray(owners, dtype=np.int64)
@@ -222,13 +243,22 @@ class Server:
             for v in holders:
                 ids, values = self._responses[v][part], self._responses[v][part + 1]
                 stacked.append(values[np.searchsorted(ids, wanted)])
-            secrets = shamir.reconstruct([v + 1 for v in holders], np.stack(stacked))
+            stacked = np.stack(stacked)
+            xs = [v + 1 for v in holders]
+            secrets = shamir.reconstruct(xs[:t], stacked[:t])
+            if len(holders) > t:
+                again = shamir.reconstruct(xs[1:], stacked[1:])
+                bad = [o for o, row in zip(owners, (secrets != again).any(axis=1)) if row]
+                if bad:
+                    self._state = "aborted"
+                    raise RoundAborted(f"round aborted: the shares of the {what} of client {bad[0]} disagree "
+                                       f"(a forged or corrupted share; owners affected: {bad})")
             for owner, value in zip(owners, secrets):
                 try:
                     out[owner] = shamir.field_to_secret(value)
                 except ShareError as exc:
                     self._state = "aborted"
-                    raise RoundAborted(f"round aborted: secret of client {owner}: {exc}") from None
+                    raise RoundAborted(f"round aborted: {what} of client {owner}: {exc}") from None
         return out
 
     # --- checks ---------------------------------------------------------------------------------
@@ -238,7 +268,8 @@ class Server:
 
     def _check_sender(self, session: bytes, cid: object, known, problem: str) -> int:
         if session != self.config.session:
-            raise ProtocolError(f"message from client {cid} belongs to a different session")
+            raise ProtocolError(f"message from client {cid} belongs to a different session (another run, round, "
+                                "cohort, configuration or server nonce: a replay)")
         try:
             cid = _client_id(cid)
         except ValueError as exc:

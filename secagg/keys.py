@@ -1,8 +1,12 @@
-"""Session ids, X25519 key pairs, pairwise mask seeds and the encrypted transport of Shamir shares.
+"""X25519 key pairs and their checks, pairwise mask seeds and the encrypted transport of Shamir shares.
 
-The session id binds run, round and participant set; it salts every key derivation, so a seed (and
-therefore a mask) from one round can never cancel against a mask from another round or cohort, and a
-share ciphertext from one round never decrypts in another.
+The session id (secagg/round.py) salts every key derivation, so a seed (and therefore a mask) from one
+round can never cancel against a mask from another round, cohort, configuration or run, and a share
+ciphertext from one round never decrypts in another.
+
+Public keys are checked before use (`key_problem`): a non-canonical encoding (bit 255 set, or u >= p) is
+another byte form of a key that passes a byte-wise duplicate check, and a low-order point makes the
+agreement all zeros; cryptography raises on the latter, so an exchange against any key tells.
 
 Share transport (client u -> client v through the server): AES-256-GCM under
 HKDF-SHA256(X25519(c_sk_u, c_pk_v), salt = session, info = purpose + (u, v) in that order), with the
@@ -16,7 +20,6 @@ from __future__ import annotations
 import hashlib
 import operator
 import struct
-from collections.abc import Iterable
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
@@ -26,7 +29,6 @@ from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from .errors import ProtocolError
 
-SESSION_TAG = b"fedsqueeze-secagg-v1"
 PAIRWISE_INFO = b"fedsqueeze/pairwise-mask/"
 TRANSPORT_INFO = b"fedsqueeze/share-transport/"
 PUBLIC_KEY_BYTES = 32
@@ -51,20 +53,12 @@ def client_id(value: object) -> int:
     return cid
 
 
-def session_id(run_id: str, round: int, participants: Iterable[int]) -> bytes:
-    """SHA-256 over a length-prefixed encoding of (tag, run id, round, sorted unique participant ids)."""
-    run = run_id.encode("utf-8")
-    if round < 0:
-        raise ValueError(f"round must be >= 0, got {round}")
-    ids = sorted({client_id(p) for p in participants})
-    encoded = [SESSION_TAG, struct.pack(">I", len(run)), run, struct.pack(">QI", round, len(ids))]
-    encoded += [struct.pack(">Q", cid) for cid in ids]
-    return hashlib.sha256(b"".join(encoded)).digest()
-
-
-def generate_keypair() -> tuple[X25519PrivateKey, bytes]:
-    """A fresh X25519 key pair and the 32-byte raw public key to advertise."""
-    private = X25519PrivateKey.generate()
+def generate_keypair(seed: bytes | None = None) -> tuple[X25519PrivateKey, bytes]:
+    """A fresh X25519 key pair and the 32-byte raw public key to advertise. With `seed` the pair is derived
+    from it instead: a simulation seeds its clients' keys so that a rerun draws the same SecAgg+ graph;
+    a deployment leaves it None (keys from the operating system's randomness)."""
+    private = (X25519PrivateKey.generate() if seed is None else
+               X25519PrivateKey.from_private_bytes(hashlib.sha256(b"fedsqueeze/seeded-key/" + seed).digest()))
     public = private.public_key().public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     return private, public
 
@@ -82,6 +76,24 @@ def private_bytes(private_key: X25519PrivateKey) -> bytes:
 
 def private_from_bytes(raw: bytes) -> X25519PrivateKey:
     return X25519PrivateKey.from_private_bytes(raw)
+
+
+_P = 2**255 - 19
+
+
+def key_problem(key: object, probe: X25519PrivateKey | None = None) -> str | None:
+    """Why `key` is no X25519 public key to accept (None if it is): size, non-canonical form, low order.
+    The low-order test needs a private key `probe` to exchange with (any key: the result is thrown away)."""
+    if not isinstance(key, bytes) or len(key) != PUBLIC_KEY_BYTES:
+        return f"malformed public key (expected {PUBLIC_KEY_BYTES} bytes)"
+    if key[-1] & 0x80 or int.from_bytes(key, "little") >= _P:
+        return "non-canonical public key (bit 255 set or u >= 2^255 - 19)"
+    if probe is not None:
+        try:
+            probe.exchange(X25519PublicKey.from_public_bytes(key))
+        except ValueError:
+            return "low-order public key (the agreement would be all zeros)"
+    return None
 
 
 def _exchange(private_key: X25519PrivateKey, peer_public: bytes) -> bytes:

@@ -1,7 +1,8 @@
 """Messages of one masked round (Bonawitz et al. 2017 / SecAgg+), as plain frozen dataclasses.
 
 The state machines take and return these; fl/wire.py turns them into bytes and back (and validates).
-Every message carries the round's session id, so a message replayed from another round is refused.
+Every message carries the round's session id, so a message replayed from another round (or run, cohort or
+configuration, see secagg.session_id) is refused.
 Id-keyed tuples are sorted by id.
 
     1. AdvertiseKeys  client -> server    two X25519 public keys (share transport c, masks s)

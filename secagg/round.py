@@ -1,13 +1,14 @@
-"""One masked round's public parameters: session, cohort, vector length, threshold and neighbour graph.
+"""One masked round's public parameters: session, cohort, vector length, threshold and degree; the session id.
 
-Everything here is public and deterministic: every client and the server derive the same neighbour graph
-from the session id alone, so the graph needs no message of its own.
+Session. `session_id` hashes run, round and cohort, and (keyword-only) the round's whole configuration
+(protocol, t, k, vector length) and a server nonce; it salts every key derivation and is carried by every
+message, so a message from another round, cohort, configuration or run (another nonce) is refused.
 
 Graph. `degree=None` is the full graph of Bonawitz et al. (CCS 2017): every client masks with and shares
-its secrets among all others. A degree k gives SecAgg+ (Bell et al. 2020): a random k-regular graph, the
-Harary graph H(k, n) (a ring where each client links to the k/2 nearest on each side) under a random
-relabelling drawn from a PRG keyed by the session. Each client then masks with and shares among its k
-neighbours only, and the threshold t counts shares within one neighbourhood of k + 1 (self included).
+its secrets among all others. A degree k gives SecAgg+ (Bell et al. 2020): a relabelled Harary graph
+drawn, once the keys are in, from the session and the key roster (`RoundConfig.graph`, secagg/graph.py).
+Each client then masks with and shares among its k neighbours only, and the threshold t counts shares
+within one neighbourhood of k + 1 (self included).
 
 Threshold. Defaults to a strict majority of the group a secret is shared in: t = n // 2 + 1 for the full
 graph, t = (k + 1) // 2 + 1 (= k // 2 + 1 for even k) with a graph. Bounds and why:
@@ -24,20 +25,20 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
+import struct
+from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
 
-import numpy as np
-
+from .graph import Graph, build_graph, graph_seed
 from .keys import client_id as _client_id
-from .prg import prg_uint32
+from .messages import KeyRoster
 from .registry import get as _get_protocol
 from .shamir import PRIME
 
 SESSION_BYTES = 32
 # Shamir's x-coordinate of client u is u + 1, which must be a nonzero element of the field.
 MAX_CLIENT_ID = PRIME - 2
-GRAPH_TAG = b"fedsqueeze/secaggplus-graph/"
+SESSION_TAG = b"fedsqueeze-secagg-v1"
 
 
 @dataclass(frozen=True)
@@ -92,32 +93,26 @@ class RoundConfig:
         """How many clients hold a share of each secret: the owner and its neighbours."""
         return self.n if self.degree is None else self.degree + 1
 
-    def neighbours(self, client_id: int) -> tuple[int, ...]:
-        """The clients `client_id` masks with and shares its secrets among (sorted; never itself)."""
-        if self.full_graph:
-            i = self._index(client_id)
-            return self.participants[:i] + self.participants[i + 1:]
-        return self._graph[self._index(client_id)]
-
-    def _index(self, client_id: int) -> int:
+    def check_participant(self, client_id: int) -> None:
         i = bisect.bisect_left(self.participants, client_id)
         if i == self.n or self.participants[i] != client_id:
             raise ValueError(f"client {client_id!r} is not a participant of this round")
-        return i
 
-    @cached_property
-    def _graph(self) -> tuple[tuple[int, ...], ...]:
-        """Neighbours of each participant (by index into participants) in the relabelled Harary graph."""
-        n, half = self.n, self.degree // 2
-        seed = hashlib.sha256(GRAPH_TAG + self.session).digest()
-        keys = prg_uint32(seed, 2 * n).view(np.uint64)  # the public, session-keyed relabelling
-        ring = np.lexsort((np.arange(n), keys))  # ring[j]: index of the participant at ring position j
-        offsets = np.concatenate([np.arange(1, half + 1), -np.arange(1, half + 1)])
-        position = np.empty(n, dtype=np.int64)
-        position[ring] = np.arange(n)
-        table = ring[(position[:, None] + offsets[None, :]) % n]  # (n, k) participant indices
-        ids = np.asarray(self.participants, dtype=np.int64)
-        return tuple(tuple(int(x) for x in np.sort(ids[row])) for row in table)
+    def neighbours(self, client_id: int) -> tuple[int, ...]:
+        """Full graph only: every other participant. A SecAgg+ graph exists only once the keys are in."""
+        self.check_participant(client_id)
+        if not self.full_graph:
+            raise ValueError("the SecAgg+ graph is drawn from the key roster: use config.graph(roster).neighbours "
+                             "(or Client.graph / Server.graph once the roster is out)")
+        i = self.participants.index(client_id)
+        return self.participants[:i] + self.participants[i + 1:]
+
+    def graph(self, roster: KeyRoster) -> Graph:
+        """The neighbour graph over the roster's clients, keyed by the session and every advertised key."""
+        for cid, *_ in roster.keys:
+            self.check_participant(cid)
+        nodes = tuple(sorted(cid for cid, *_ in roster.keys))
+        return build_graph(nodes, self.degree, graph_seed(roster.keys))
 
 
 def default_degree(n: int) -> int:
@@ -127,21 +122,11 @@ def default_degree(n: int) -> int:
     return min(max(k, 2), n - 1)
 
 
-def make_round(protocol, session: bytes, participants, length: int, threshold: int | None = None,
-               degree: int | None = None) -> RoundConfig:
-    """A RoundConfig for `protocol` (registered name, alias or class) with the documented defaults.
-
-    Full-graph protocols take no degree; SecAgg+ defaults to `default_degree(n)`. The threshold
-    defaults to a strict majority of each secret's group (n // 2 + 1 for the full graph).
-    """
+def _resolve(protocol, n: int, threshold: int | None, degree: int | None):
+    """(protocol class, threshold, degree) with make_round's defaults filled in."""
     cls = _get_protocol(protocol) if isinstance(protocol, str) else protocol
     if not getattr(cls, "masks", False):
         raise ValueError(f"mask protocol {getattr(cls, 'name', cls)!r} does not mask: it has no rounds")
-    ids = [_client_id(p) for p in participants]
-    if len(set(ids)) != len(ids):
-        raise ValueError("participants contain duplicate client ids")
-    ids.sort()
-    n = len(ids)
     if cls.full_graph:
         if degree is not None:
             raise ValueError(f"protocol {cls.name!r} uses the full graph; it takes no degree")
@@ -150,5 +135,46 @@ def make_round(protocol, session: bytes, participants, length: int, threshold: i
     if threshold is None:
         group = n if degree is None else degree + 1
         threshold = group // 2 + 1
+    return cls, threshold, degree
+
+
+def make_round(protocol, session: bytes, participants, length: int, threshold: int | None = None,
+               degree: int | None = None) -> RoundConfig:
+    """A RoundConfig for `protocol` (registered name, alias or class) with the documented defaults.
+
+    Full-graph protocols take no degree; SecAgg+ defaults to `default_degree(n)`. The threshold
+    defaults to a strict majority of each secret's group (n // 2 + 1 for the full graph).
+    """
+    ids = [_client_id(p) for p in participants]
+    if len(set(ids)) != len(ids):
+        raise ValueError("participants contain duplicate client ids")
+    ids.sort()
+    _, threshold, degree = _resolve(protocol, len(ids), threshold, degree)
     return RoundConfig(session=session, participants=tuple(ids), length=length, threshold=threshold,
                        degree=degree)
+
+
+def session_id(run_id: str, round: int, participants: Iterable[int], *, protocol=None, length: int | None = None,
+               threshold: int | None = None, degree: int | None = None, nonce: bytes | None = None) -> bytes:
+    """SHA-256 over a length-prefixed encoding of (tag, run id, round, sorted unique participant ids), then,
+    when given, the configuration (protocol name, t, k, length; t and k as make_round resolves them, so pass
+    the same arguments) and the server's nonce. Without the keyword inputs: the hash of earlier versions."""
+    run = run_id.encode("utf-8")
+    if round < 0:
+        raise ValueError(f"round must be >= 0, got {round}")
+    ids = sorted({_client_id(p) for p in participants})
+    encoded = [SESSION_TAG, struct.pack(">I", len(run)), run, struct.pack(">QI", round, len(ids))]
+    encoded += [struct.pack(">Q", cid) for cid in ids]
+    if protocol is not None:
+        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+            raise ValueError(f"binding the configuration needs the vector length, got {length!r}")
+        cls, t, k = _resolve(protocol, len(ids), threshold, degree)
+        name = cls.name.encode("utf-8")
+        encoded += [b"config", struct.pack(">I", len(name)), name, struct.pack(">QQQ", t, k or 0, length)]
+    elif (length, threshold, degree) != (None, None, None):
+        raise ValueError("binding length, threshold or degree into the session needs the protocol too")
+    if nonce is not None:
+        if not isinstance(nonce, bytes):
+            raise TypeError(f"the session nonce must be bytes, got {type(nonce).__name__}")
+        encoded += [b"nonce", struct.pack(">I", len(nonce)), nonce]
+    return hashlib.sha256(b"".join(encoded)).digest()

@@ -3,6 +3,7 @@ per worker per step. Every client masks the same layout (fl.rounds.layout): its 
 the round's shared index set, or a linear codec's table; the server only ever learns the survivors' sum."""
 from __future__ import annotations
 
+import hashlib
 import time
 
 import numpy as np
@@ -21,7 +22,7 @@ STEPS = ("advertise", "share_keys", "masked_input", "unmask")
 # --- client half: run by a worker for its clients -----------------------------------------------
 
 def advertise(worker, round: int, session: bytes, cohort: list[int], clients: list[int], masked_length: int,
-              aborted_rounds: list[int], t: dict):
+              aborted_rounds: list[int], key_root: bytes, t: dict):
     """Step 1: two fresh key pairs per client. Residuals staged by this worker's last masked round are kept
     only if that round was applied (an aborted round sent nothing the model used); that round may be any
     earlier one, as a worker with no client in a round is not called."""
@@ -32,7 +33,8 @@ def advertise(worker, round: int, session: bytes, cohort: list[int], clients: li
     t0 = time.perf_counter()
     config = worker.plan.round_config(session, cohort, masked_length)
     protocol = secagg.get(worker.plan.secagg)
-    worker.pending = {cid: protocol.Client(config, cid) for cid in clients}
+    # keys seeded per (experiment, round, client): a rerun draws the same SecAgg+ graph (simulation only)
+    worker.pending = {cid: protocol.Client(config, cid, key_seed=key_root + cid.to_bytes(8, "big")) for cid in clients}
     out = [(cid, wire.encode_advertise(client.advertise())) for cid, client in worker.pending.items()]
     t["t_mask"] += time.perf_counter() - t0
     yield from out
@@ -220,20 +222,24 @@ class _Steps:
 
 
 def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker: dict[int, list[int]],
-        delivery) -> bool:
+        delivery, run_id: str) -> bool:
     """The server half of one masked round; returns whether it was applied (False: aborted below t, and
     the model is unchanged). A worker that dies drops its clients."""
     plan = server.plan
-    # The session binds the configuration (its hash, seed included), round and cohort: a rerun draws the
-    # same SecAgg+ graph, so its bytes and accuracy repeat.
-    session = secagg.session_id(chash, r, cohort)
     layout = MaskedLayout(plan, plan.k, server.sketch_cells(r))
+    # The session binds the experiment (its config hash), round, cohort, the round's protocol settings and a
+    # nonce of this run: a message replayed from another run, round or configuration is refused.
+    nonce = hashlib.sha256(f"{run_id}:{r}".encode()).digest()[:16]
+    key_root = hashlib.sha256(f"fedsqueeze-keys:{chash}:{r}".encode()).digest()
+    session = secagg.session_id(chash, r, cohort, protocol=plan.secagg, length=layout.length,
+                                threshold=plan.threshold, degree=plan.neighbours, nonce=nonce)
     agg = MaskedAggregator(plan, session, cohort, layout)
     steps = _Steps(pool, tally, cohort, by_worker, plan.dropout,
                    np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17])))
     try:
         for cid, msg in steps.run(advertise, "advertise",
-                                  lambda w, cs: (r, session, cohort, cs, agg.length, server.aborted_rounds)):
+                                  lambda w, cs: (r, session, cohort, cs, agg.length, server.aborted_rounds,
+                                                 key_root)):
             tally.up_protocol += len(msg)
             steps.take(agg.add_keys, cid, msg)
         roster = agg.roster()

@@ -4,7 +4,7 @@ missing or swapped, duplicate, stranger or malformed entries."""
 import dataclasses
 
 import pytest
-from secagg_rounds import at_roster
+from secagg_rounds import Round, at_roster
 
 from secagg import KeyRoster, ProtocolError, RoundAborted, generate_keypair
 
@@ -20,14 +20,17 @@ def test_the_client_refuses_a_roster_with_fewer_than_t_clients():
         r.clients[0].share_keys(short)
 
 
-def test_a_secaggplus_client_refuses_a_roster_with_fewer_than_t_of_its_neighbourhood():
+def test_a_secaggplus_graph_spans_the_roster_only_so_absent_clients_leave_no_gap():
     ids = list(range(30))
-    r = at_roster("secaggplus", ids)
-    gone = set(r.config.neighbours(0)[:6])  # 5 of its 11-member group remain; t = 6
-    short = with_keys(r.roster, [e for e in r.roster.keys if e[0] not in gone])
-    assert len(short.keys) == 24
-    with pytest.raises(RoundAborted, match="fewer than t=6"):
-        r.clients[0].share_keys(short)
+    r = Round("secaggplus", ids)
+    absent = {3, 8, 13, 21, 22, 29}
+    r.advertise(drop=absent)
+    r.share_keys()
+    assert set(r.share_msgs) == set(ids) - absent  # nobody refused: every group keeps its k + 1
+    for cid, msg in r.share_msgs.items():
+        neighbours = r.clients[cid].graph.neighbours(cid)
+        assert len(neighbours) == r.config.degree == 10 and not absent & set(neighbours)
+        assert [v for v, _ in msg.shares] == list(neighbours)
 
 
 def test_a_roster_without_the_clients_own_keys_is_refused():

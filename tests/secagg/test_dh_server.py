@@ -1,12 +1,13 @@
 """The server refuses every bad message of a round, and aborts rather than return a wrong sum."""
 
+import copy
 import dataclasses
 
 import numpy as np
 import pytest
 from secagg_rounds import IDS, LENGTH, Round, at_bundles, at_roster, at_unmask, plain_sum, random_inputs, zeros
 
-from secagg import MaskedInput, ProtocolError, RoundAborted, generate_keypair
+from secagg import MaskedInput, ProtocolError, RoundAborted, generate_keypair, shamir
 
 
 # --- keys and shares -------------------------------------------------------------------------------
@@ -162,3 +163,53 @@ def test_an_altered_key_share_aborts_the_round_instead_of_a_wrong_sum():
         r.server.receive_unmask(msg)
     with pytest.raises(RoundAborted, match="client 4"):
         r.server.result()
+
+
+# --- t + 1 shares: a forged share is detected -------------------------------------------------------
+
+
+def forge(r, responses, owner, forger, part):
+    """Replace `forger`'s share of `owner`'s secret (part 'self_mask_shares' or 'key_shares') by one that moves
+    the secret rebuilt from the first t responders by +-1 in its first chunk: a targeted forgery the range
+    checks on a rebuilt secret cannot see."""
+    holders = sorted(m.client_id for m in responses)
+    t = r.config.threshold
+    first = tuple(h + 1 for h in holders[:t])
+    stacked = np.stack([shamir.from_bytes(dict(getattr(m, part))[owner]) for m in responses])
+    honest = shamir.reconstruct(first, stacked[:t])
+    delta = 1 if honest[0] < (1 << 24) - 1 else -1
+    basis = shamir.lagrange_basis(first)
+    i = holders.index(forger)
+    values = stacked[i].copy()
+    step = pow(int(basis[i]), shamir.PRIME - 2, shamir.PRIME) if i < t else 1  # outside the first t: any change
+    values[0] = (values[0] + delta * step) % shamir.PRIME
+    m = next(m for m in responses if m.client_id == forger)
+    entries = tuple((w, shamir.to_bytes(values) if w == owner else s) for w, s in getattr(m, part))
+    return [dataclasses.replace(m, **{part: entries}) if m.client_id == forger else m for m in responses]
+
+
+@pytest.mark.parametrize("part,owner,secret", [("self_mask_shares", 0, "self-mask seed"),
+                                               ("key_shares", 4, "mask key")])
+def test_with_t_plus_1_shares_a_single_forged_share_aborts_the_round_naming_the_secret(part, owner, secret):
+    inputs = random_inputs(IDS)
+    r = at_unmask(drop_masked=[4], inputs=inputs)
+    responses = [r.clients[cid].unmask(r.request) for cid in IDS[:4]]  # t + 1 = 4 responders
+    for forger in (1, 3):  # in both t-subsets, and in the second only
+        r2 = copy.deepcopy(r)
+        for msg in forge(r2, responses, owner, forger, part):
+            r2.server.receive_unmask(msg)
+        with pytest.raises(RoundAborted, match=f"{secret} of client {owner}"):
+            r2.server.result()
+    for msg in responses:  # the honest shares give the exact sum
+        r.server.receive_unmask(msg)
+    np.testing.assert_array_equal(r.server.result(), plain_sum(inputs, IDS[:4], LENGTH))
+
+
+def test_with_exactly_t_shares_a_targeted_forged_self_mask_share_goes_unseen():
+    """The documented limit: with no spare share, a forged b share is used and the sum is wrong."""
+    inputs = random_inputs(IDS)
+    r = at_unmask(inputs=inputs)
+    responses = [r.clients[cid].unmask(r.request) for cid in IDS[:3]]  # exactly t
+    for msg in forge(r, responses, 0, 1, "self_mask_shares"):
+        r.server.receive_unmask(msg)
+    assert not np.array_equal(r.server.result(), plain_sum(inputs, IDS, LENGTH))

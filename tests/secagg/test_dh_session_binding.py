@@ -5,7 +5,7 @@ import dataclasses
 import pytest
 from secagg_rounds import IDS, Round, random_inputs, zeros
 
-from secagg import Client, ProtocolError
+from secagg import Client, ProtocolError, session_id
 
 
 def two_rounds():
@@ -56,3 +56,46 @@ def test_a_ciphertext_from_another_round_fails_to_authenticate():
     spliced = dataclasses.replace(old.bundles[0], session=new.config.session)
     with pytest.raises(ProtocolError, match="authenticate"):
         new.clients[0].masked_input(spliced, zeros())
+
+
+# --- the session binds the round's configuration and the server's nonce ---------------------------------
+
+
+def bound(protocol="secaggplus", length=64, threshold=None, degree=None, nonce=b"nonce-a"):
+    return session_id("run", 0, IDS, protocol=protocol, length=length, threshold=threshold, degree=degree,
+                      nonce=nonce)
+
+
+def test_the_session_binds_protocol_threshold_degree_length_and_nonce():
+    base = bound()
+    assert len(base) == 32 and base == bound()
+    assert bound(threshold=3, degree=4) == base  # the defaults make_round resolves for 5 clients
+    assert bound(protocol="SecAggPlusProtocol") == base  # an alias names the same protocol
+    others = [bound(protocol="dh"), bound(length=65), bound(threshold=4), bound(degree=2), bound(nonce=b"nonce-b"),
+              bound(nonce=None), session_id("run", 0, IDS)]
+    assert len({base, *others}) == 1 + len(others)
+    assert session_id("run", 0, IDS, nonce=b"x") != session_id("run", 0, IDS)
+
+
+@pytest.mark.parametrize("kw,match", [({"nonce": "text"}, "nonce"), ({"protocol": "dh"}, "length"),
+                                      ({"length": 64}, "protocol"), ({"protocol": "none", "length": 64}, "mask")])
+def test_session_binding_inputs_are_checked(kw, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        session_id("run", 0, IDS, **kw)
+
+
+@pytest.mark.parametrize("change", [{"nonce": b"nonce-b"}, {"threshold": 4}, {"degree": 2}, {"length": 65}])
+def test_a_message_from_a_session_with_another_nonce_or_configuration_is_refused(change):
+    setting = {"protocol": "secaggplus", "length": 64, "threshold": None, "degree": None, "nonce": b"nonce-a"}
+    old = Round(**{**setting, "ids": IDS})
+    new = Round(**{**setting, **change, "ids": IDS})
+    assert old.config.session != new.config.session
+    with pytest.raises(ProtocolError, match="different session"):
+        new.server.receive_keys(Client(old.config, 1).advertise())
+    old.advertise()
+    new.advertise()
+    with pytest.raises(ProtocolError, match="different session"):
+        new.clients[0].share_keys(old.roster)
+    old.share_keys()
+    with pytest.raises(ProtocolError, match="different session"):
+        new.server.receive_shares(old.share_msgs[1])

@@ -107,3 +107,10 @@ def test_a_malformed_public_key_is_refused(bad_key):
         pairwise_seed(sk, bad_key, session, 1, 2)
     with pytest.raises(ProtocolError, match="malformed public key"):
         transport_keys(sk, bad_key, session, 1, 2)
+
+
+def test_seeded_key_pairs_repeat_and_unseeded_ones_never_do():
+    from secagg.keys import generate_keypair
+
+    assert generate_keypair(b"seed")[1] == generate_keypair(b"seed")[1] != generate_keypair(b"other")[1]
+    assert generate_keypair()[1] != generate_keypair()[1]

@@ -1,11 +1,12 @@
 """RoundConfig and make_round: the defaults, the bounds, and the public neighbour graph."""
 
 import math
+import os
 
 import pytest
 
 import secagg
-from secagg import RoundConfig, default_degree, make_round, session_id
+from secagg import KeyRoster, RoundConfig, default_degree, make_round, session_id
 
 
 def config(protocol, n, **kw):
@@ -13,11 +14,18 @@ def config(protocol, n, **kw):
     return make_round(protocol, session_id("run", 0, ids), ids, 100, **kw)
 
 
+def roster(cfg, ids=None, keys=None):
+    """A key roster of `ids` (default: every participant) with random stand-in keys."""
+    ids = cfg.participants if ids is None else ids
+    keys = keys or {cid: (os.urandom(32), os.urandom(32)) for cid in ids}
+    return KeyRoster(cfg.session, tuple((cid, *keys[cid]) for cid in sorted(ids)))
+
+
 @pytest.mark.parametrize("n", [2, 3, 10, 30, 100, 1000])
 def test_the_full_graph_defaults_to_a_majority_threshold(n):
     cfg = config("dh", n)
     assert cfg.threshold == n // 2 + 1 and cfg.degree is None and cfg.full_graph
-    assert cfg.neighbours(0) == tuple(range(1, n))
+    assert cfg.graph(roster(cfg)).neighbours(0) == tuple(range(1, n))
 
 
 @pytest.mark.parametrize("n,degree,threshold", [(3, 2, 2), (10, 8, 5), (30, 10, 6), (100, 14, 8), (1000, 20, 11)])
@@ -38,30 +46,55 @@ def test_the_default_degree_is_capped_at_n_minus_1():
 @pytest.mark.parametrize("n", [10, 30, 101])
 def test_the_neighbour_graph_is_regular_symmetric_and_excludes_self(n):
     cfg = config("secaggplus", n)
+    graph = cfg.graph(roster(cfg))
     for u in cfg.participants:
-        nbrs = cfg.neighbours(u)
+        nbrs = graph.neighbours(u)
         assert len(nbrs) == cfg.degree == len(set(nbrs))
         assert u not in nbrs and list(nbrs) == sorted(nbrs)
-        assert all(u in cfg.neighbours(v) for v in nbrs)
+        assert all(u in graph.neighbours(v) for v in nbrs)
 
 
-def test_the_graph_is_a_public_function_of_the_session():
+def test_the_graph_is_a_public_function_of_the_roster_alone():
+    """Drawn from the advertised keys (fresh each round): the same keys give the same graph in any session, so
+    a simulation that seeds its keys repeats its graph in a rerun; other keys give another graph."""
     ids = list(range(40))
     a = make_round("secaggplus", session_id("run", 0, ids), ids, 10)
     b = make_round("secaggplus", session_id("run", 0, ids), ids, 999)
     c = make_round("secaggplus", session_id("run", 1, ids), ids, 10)
-    graph = lambda cfg: [cfg.neighbours(u) for u in ids]  # noqa: E731
-    assert graph(a) == graph(b)
-    assert graph(a) != graph(c)
+    keys = {cid: (os.urandom(32), os.urandom(32)) for cid in ids}
+    other = {**keys, 7: (os.urandom(32), keys[7][1])}
+
+    def graph(cfg, keys=keys):
+        g = cfg.graph(roster(cfg, keys=keys))
+        return [g.neighbours(u) for u in ids]
+
+    assert graph(a) == graph(b) == graph(c)
+    assert graph(a) != graph(a, other)
     assert graph(a) != [tuple(sorted({(u + d) % 40 for d in (-5, -4, -3, -2, -1, 1, 2, 3, 4, 5)})) for u in ids]
+
+
+def test_the_secaggplus_graph_spans_the_roster_and_is_complete_when_it_is_small():
+    cfg = config("secaggplus", 30)
+    present = [u for u in cfg.participants if u % 3]  # 20 of 30 advertised
+    graph = cfg.graph(roster(cfg, present))
+    assert graph.nodes == tuple(present) and not graph.complete
+    assert all(len(graph.neighbours(u)) == 10 and set(graph.neighbours(u)) <= set(present) for u in present)
+    few = cfg.graph(roster(cfg, present[:9]))  # 9 clients: k = 10 > 8, so every pair is joined
+    assert few.complete and few.neighbours(present[0]) == tuple(present[1:9])
+    with pytest.raises(ValueError, match="not in this round's key roster"):
+        graph.neighbours(0)
+    with pytest.raises(ValueError, match="not a participant"):
+        cfg.graph(roster(cfg, [*present, 99]))
 
 
 def test_ids_need_not_be_contiguous_and_are_sorted():
     cfg = make_round("dh", session_id("run", 0, [42, 7, 3]), [42, 7, 3], 10)
     assert cfg.participants == (3, 7, 42)
-    assert cfg.neighbours(7) == (3, 42)
+    assert cfg.graph(roster(cfg)).neighbours(7) == (3, 42)
     with pytest.raises(ValueError, match="not a participant"):
-        cfg.neighbours(8)
+        cfg.check_participant(8)
+    with pytest.raises(ValueError, match="not a participant"):
+        secagg.Client(cfg, 8)
 
 
 @pytest.mark.parametrize("kw,match", [
@@ -117,3 +150,9 @@ def test_make_round_accepts_the_protocol_class_or_an_alias():
     session = session_id("run", 0, ids)
     assert make_round(secagg.SecAggProtocol, session, ids, 5) == make_round("DHProtocol", session, ids, 5)
     assert make_round("SecAggPlusProtocol", session, ids, 5).degree == 2
+
+
+def test_without_a_roster_only_the_full_graph_is_known():
+    assert config("dh", 4).neighbours(2) == (0, 1, 3)
+    with pytest.raises(ValueError, match="drawn from the key roster"):
+        config("secaggplus", 30).neighbours(0)

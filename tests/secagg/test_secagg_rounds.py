@@ -33,7 +33,7 @@ def test_without_dropouts_the_unmasked_sum_is_the_plain_sum(protocol, n):
     assert total.dtype == np.uint32
     np.testing.assert_array_equal(total, plain_sum(inputs, ids, LENGTH))
     assert r.server.survivors == tuple(ids)
-    assert r.server.dropped_by_step == {"share_keys": [], "masked_input": [], "unmask": []}
+    assert r.server.dropped_by_step == {"advertise": [], "share_keys": [], "masked_input": [], "unmask": []}
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -56,8 +56,8 @@ def test_any_dropouts_that_leave_t_holders_give_the_exact_sum_of_the_survivors(p
         survivors = sorted(set(ids) - set(drop_share) - set(drop_masked))
         np.testing.assert_array_equal(total, plain_sum(inputs, survivors, LENGTH))
         assert r.server.survivors == tuple(survivors)
-        assert r.server.dropped_by_step == {"share_keys": sorted(drop_share), "masked_input": sorted(drop_masked),
-                                            "unmask": sorted(drop_unmask)}
+        assert r.server.dropped_by_step == {"advertise": [], "share_keys": sorted(drop_share),
+                                            "masked_input": sorted(drop_masked), "unmask": sorted(drop_unmask)}
         exercised += 1
     assert exercised >= 3
 
@@ -85,32 +85,46 @@ class Outcome:
     refused: frozenset = frozenset()
     short: frozenset = frozenset()
     unneeded: frozenset = frozenset()  # dropped after sending shares, no neighbour survives: key not rebuilt
+    split: bool = False  # U3 is not connected in the graph
 
 
-def expected_outcome(cfg, drop_share, drop_masked, drop_unmask):
-    """The outcome from the public round configuration alone: the graph (cfg.neighbours) and t.
+def connected(graph, members):
+    """Whether the graph restricted to `members` is connected (a plain search, independent of Graph)."""
+    members = set(members)
+    seen, stack = set(), [min(members)]
+    while stack:
+        u = stack.pop()
+        if u not in seen:
+            seen.add(u)
+            stack += [v for v in graph.neighbours(u) if v in members]
+    return seen == members
+
+
+def expected_outcome(graph, t, drop_share, drop_masked, drop_unmask):
+    """The outcome from the public graph of the round (drawn from its roster) and t alone.
 
     Every client advertises, so the roster lists each whole group of k + 1 and nobody refuses the roster. Then,
     with group(u) = u and its neighbours (the holders of shares of u's secrets):
       1. U2 = the clients that send shares; the server aborts at `bundles` if |U2| < t.
       2. A client of U2 asked for its masked input refuses when its bundle (its neighbours in U2) plus itself
          is fewer than t. U3 = the clients of U2 that neither drop nor refuse; the server aborts at
-         `unmask_request` if |U3| < t.
+         `unmask_request` if |U3| < t or U3 is not connected in the graph.
       3. A client of U3 asked to unmask refuses when group(v) holds fewer than t clients of U3. R = the clients
          of U3 that neither drop nor refuse. The server aborts at `result` exactly when some secret it must
          rebuild has fewer than t holders in R: the self-mask seed b_u of every u in U3, and the mask key of every
          u in U2 \\ U3 that has a neighbour in U3 (whose pairwise mask with u is in the sum). Otherwise the result
          is the exact field sum of the inputs of U3.
     """
-    t = cfg.threshold
-    group = {u: {u, *cfg.neighbours(u)} for u in cfg.participants}
-    u2 = set(cfg.participants) - set(drop_share)
+    group = {u: {u, *graph.neighbours(u)} for u in graph.nodes}
+    u2 = set(graph.nodes) - set(drop_share)
     if len(u2) < t:
         return Outcome("bundles")
     refused_masked = {v for v in u2 - set(drop_masked) if len(group[v] & u2) < t}
     u3 = u2 - set(drop_masked) - refused_masked
     if len(u3) < t:
         return Outcome("unmask_request", frozenset(u3), frozenset(refused_masked))
+    if not connected(graph, u3):
+        return Outcome("unmask_request", frozenset(u3), frozenset(refused_masked), split=True)
     refused_unmask = {v for v in u3 - set(drop_unmask) if len(group[v] & u3) < t}
     responders = u3 - set(drop_unmask) - refused_unmask
     unneeded = {u for u in u2 - u3 if not (group[u] - {u}) & u3}
@@ -133,53 +147,59 @@ def observed_outcome(r, inputs, drop_share, drop_masked, drop_unmask):
     return None, result
 
 
-def heavy_patterns(rng, cfg, count):
-    """Dropout patterns that overwhelm t somewhere: spread over the cohort; inside one neighbourhood; u dropping
-    after sending shares while the neighbours of u outside group(w), for some neighbour w of u, drop too (u's
-    mask key loses its holders, though every survivor's group may not); and u's neighbours dropping before
-    sending shares (u, with an empty bundle, refuses its masked input; no survivor was masked with u, so u's key
-    is not needed)."""
-    ids = list(cfg.participants)
-    patterns = []
-    for i in range(count):
-        victim = int(rng.choice(ids))
-        neighbours = list(cfg.neighbours(victim))
-        if i % 4 == 0:
-            patterns.append(random_pattern(rng, ids, int(rng.integers(1, cfg.n - 1))))
-        elif i % 4 == 1:
-            gone = rng.choice(neighbours, size=int(rng.integers(1, len(neighbours) + 1)), replace=False)
-            patterns.append(random_pattern(rng, [int(g) for g in gone], len(gone)))
-        elif i % 4 == 2:
-            def outside(w):
-                return sorted(set(neighbours) - {w, *cfg.neighbours(w)})
-            gone = outside(max(neighbours, key=lambda w: len(outside(w))))
-            early = [v for v in gone if rng.integers(2)]
-            patterns.append((early, [victim, *sorted(set(gone) - set(early))], []))
-        else:
-            patterns.append((neighbours, [], []))
-    return patterns
+def heavy_pattern(rng, graph, i):
+    """A dropout pattern that overwhelms t somewhere (kind i % 5): spread over the cohort; inside one
+    neighbourhood; u dropping after sending shares while the neighbours of u outside group(w), for some
+    neighbour w of u, drop too (u's mask key loses its holders, though every survivor's group may not); u's
+    neighbours dropping before sending shares (u, with an empty bundle, refuses its masked input; no survivor
+    was masked with u, so u's key is not needed); two blocks of k/2 ring neighbours dropping before the masked
+    input (the survivors split in two parts)."""
+    ids = list(graph.nodes)
+    victim = int(rng.choice(ids))
+    neighbours = list(graph.neighbours(victim))
+    if i % 5 == 0:
+        return random_pattern(rng, ids, int(rng.integers(1, len(ids) - 1)))
+    if i % 5 == 1:
+        gone = rng.choice(neighbours, size=int(rng.integers(1, len(neighbours) + 1)), replace=False)
+        return random_pattern(rng, [int(g) for g in gone], len(gone))
+    if i % 5 == 2:
+        def outside(w):
+            return sorted(set(neighbours) - {w, *graph.neighbours(w)})
+        gone = outside(max(neighbours, key=lambda w: len(outside(w))))
+        early = [v for v in gone if rng.integers(2)]
+        return early, [victim, *sorted(set(gone) - set(early))], []
+    if i % 5 == 3:
+        return neighbours, [], []
+    m, h = len(ids), len(neighbours) // 2
+    start, gap = int(rng.integers(m)), int(rng.integers(h + 1, max(h + 2, m - h)))
+    cut = {graph.ring[(start + j) % m] for j in range(h)} | {graph.ring[(start + gap + j) % m] for j in range(h)}
+    return [], sorted(cut), []
 
 
 @pytest.mark.parametrize("n", SIZES)
-def test_secaggplus_aborts_exactly_when_a_secret_to_rebuild_loses_its_t_holders_else_is_exact(n):
-    """Heavy dropout: the server aborts the result exactly when the self-mask seed of a survivor, or the mask
-    key of a dropped client with a surviving neighbour, has fewer than t unmask responders among its owner and
-    the owner's neighbours (the earlier steps abort when fewer than t clients remain; see expected_outcome).
-    Otherwise the result is the exact field sum of the survivors' vectors."""
+def test_secaggplus_aborts_exactly_when_a_secret_to_rebuild_loses_its_t_holders_or_survivors_split(n):
+    """Heavy dropout: the server aborts the unmask request when the survivors are not connected in the graph,
+    and the result exactly when the self-mask seed of a survivor, or the mask key of a dropped client with a
+    surviving neighbour, has fewer than t unmask responders among its owner and the owner's neighbours (the
+    earlier steps abort when fewer than t clients remain; see expected_outcome). Otherwise the result is the
+    exact field sum of the survivors' vectors."""
     ids = list(range(n))
     rng = np.random.default_rng(200 + n)
     inputs = random_inputs(ids, seed=n)
-    cfg = Round("secaggplus", ids).config  # the same session, so the same graph, as every round below
     seen = []
-    for pattern in heavy_patterns(rng, cfg, 32):
+    for i in range(40):
         r = Round("secaggplus", ids)
         r.advertise()
-        expected = expected_outcome(r.config, *pattern)
+        cfg, graph = r.config, r.server.graph  # the graph is drawn from this round's roster
+        pattern = heavy_pattern(rng, graph, i)
+        expected = expected_outcome(graph, cfg.threshold, *pattern)
         aborts_at, outcome = observed_outcome(r, inputs, *pattern)
         assert aborts_at == expected.aborts_at, (pattern, expected)
         assert set(r.refused) == expected.refused, pattern
-        if expected.aborts_at in (None, "result"):
+        if expected.aborts_at in (None, "result") or expected.split:
             assert r.server.survivors == tuple(sorted(expected.survivors))
+        if expected.split:
+            assert "not connected" in str(outcome)
         if aborts_at is None:
             np.testing.assert_array_equal(outcome, plain_sum(inputs, sorted(expected.survivors), LENGTH))
         else:
@@ -197,6 +217,7 @@ def test_secaggplus_aborts_exactly_when_a_secret_to_rebuild_loses_its_t_holders_
     if cfg.n >= 2 * cfg.group_size:  # only a dropped client's mask key is short: every survivor's group keeps t
         assert any(e.aborts_at == "result" and not e.short & e.survivors for e in seen)
         assert any(e.aborts_at is None and e.unneeded and e.refused for e in seen)  # u's group gone, round completes
+        assert any(e.split and len(e.survivors) > n // 2 for e in seen)  # most survive, yet split in two
 
 
 def test_secaggplus_aborts_when_a_neighbourhood_falls_below_t_though_most_clients_survive():
@@ -205,9 +226,9 @@ def test_secaggplus_aborts_when_a_neighbourhood_falls_below_t_though_most_client
     cfg = r.config
     assert cfg.degree == 10 and cfg.threshold == 6
     victim = 0
-    gone = list(cfg.neighbours(victim))[: cfg.degree // 2 + 1]  # 6 of its 10 neighbours: 5 of 11 holders left
     r.advertise()
     r.share_keys()
+    gone = list(r.server.graph.neighbours(victim))[: cfg.degree // 2 + 1]  # 6 of its 10: 5 of 11 holders left
     r.masked_input(random_inputs(ids), drop=gone)
     assert len(r.server.survivors) == 24 >= cfg.threshold
     with pytest.raises(RoundAborted):

@@ -11,7 +11,7 @@ from fl.rounds import masked
 def _advertise(worker, round, aborted):
     cohort = [0, 2]
     session = secagg.session_id("test", round, cohort)
-    out, _ = worker.run(masked.advertise, round, session, cohort, cohort, 10, aborted)
+    out, _ = worker.run(masked.advertise, round, session, cohort, cohort, 10, aborted, bytes(32))
     return out
 
 

@@ -218,3 +218,29 @@ def test_a_finite_update_too_large_to_quantize_is_refused_by_its_client_and_the_
     assert (rows["rejected"] == 1).all() and (rows["dropped"] == 0).all() and not rows["aborted"].any()
     assert [len(s) for s in spy.check_exact(without=(2,))] == [7] * 4
     assert rows["accuracy"].iloc[-1] > 0.5
+
+
+def test_a_masked_input_replayed_from_an_earlier_run_of_the_same_configuration_is_rejected(tmp_path, monkeypatch):
+    """Each run binds its sessions to a nonce of its own: client 3's masked inputs from the first run, sent
+    again in a second run of the same configuration, are refused there; nothing else changes."""
+    from fl import wire as fl_wire
+
+    encode, sent = fl_wire.encode_masked, {}
+
+    def record(m):
+        out = encode(m)
+        sent.setdefault(m.client_id, []).append(out)
+        return out
+
+    monkeypatch.setattr(fl_wire, "encode_masked", record)
+    first = _masked_run(tmp_path / "a", "fl.rounds=2", "fl.num_clients=8")
+    old = iter(sent[3])
+
+    def replay(m):
+        out = encode(m)
+        return next(old) if m.client_id == 3 else out
+
+    monkeypatch.setattr(fl_wire, "encode_masked", replay)
+    second = _masked_run(tmp_path / "b", "fl.rounds=2", "fl.num_clients=8")
+    assert first["rejected"].tolist() == [0, 0] and second["rejected"].tolist() == [1, 1]
+    assert not second["aborted"].any()

@@ -244,3 +244,20 @@ def test_a_masked_input_replayed_from_an_earlier_run_of_the_same_configuration_i
     second = _masked_run(tmp_path / "b", "fl.rounds=2", "fl.num_clients=8")
     assert first["rejected"].tolist() == [0, 0] and second["rejected"].tolist() == [1, 1]
     assert not second["aborted"].any()
+
+
+def test_a_client_advertising_a_low_order_key_is_refused_and_the_others_sum_exactly(tmp_path, monkeypatch):
+    import dataclasses
+
+    from fl import wire as fl_wire
+
+    advertise = fl_wire.encode_advertise
+
+    def zero_key(m):  # client 5 advertises the all-zero X25519 point
+        return advertise(dataclasses.replace(m, mask_public_key=bytes(32)) if m.client_id == 5 else m)
+
+    monkeypatch.setattr(fl_wire, "encode_advertise", zero_key)
+    spy = Spy(monkeypatch)
+    rows = _masked_run(tmp_path, "fl.rounds=3", "fl.num_clients=8")
+    assert rows["rejected"].tolist() == [1, 1, 1] and not rows["aborted"].any()
+    assert [len(s) for s in spy.check_exact(without=(5,))] == [7, 7, 7]

@@ -78,9 +78,8 @@ def masked_input(worker, broadcast: bytes, round: int, bundles: dict[int, bytes]
         w = min(n / worker.mean_samples, plan.max_weight)
         try:  # the quantizer refuses NaN/Inf in what it is given: a weighted value or sketch cell may overflow
             vector = _masked_vector(plan, layout, corrected, w, idx, sketch, rng, worker.staged, cid)
-        except ValueError:  # the client refuses to send: the round goes on without it
+        except ValueError:  # the client refuses to send (nothing was staged): the round goes on without it
             worker.pending.pop(cid, None)
-            worker.staged.pop(cid, None)
             t["t_encode"] += time.perf_counter() - t1
             yield cid, REFUSED
             continue
@@ -251,8 +250,11 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
         tally.down += sum(len(b) for b in bundles.values())
         steps.alive &= set(bundles)
 
-        def masked_args(w, cs):
-            return _with(delivery.to(w), r, {c: bundles[c] for c in cs}, cs) if cs else None
+        def masked_args(w, cs):  # (broadcast, round, bundles, clients, catch-up)
+            if not cs:
+                return None
+            ref, catchup = delivery.to(w)
+            return ref, r, {c: bundles[c] for c in cs}, cs, catchup
 
         for cid, msg in steps.run(masked_input, "masked_input", masked_args, 4.0 * agg.length + 256):
             tally.up_payload += len(msg)
@@ -276,9 +278,3 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
         applied = True
     steps.finish(tally.row, agg.state.late_ignored)
     return applied
-
-
-def _with(refs: tuple, r: int, bundles: dict, clients: list[int]) -> tuple:
-    """masked_input's arguments: (broadcast, round, bundles, clients, catch-up)."""
-    ref, catchup = refs
-    return ref, r, bundles, clients, catchup

@@ -115,6 +115,15 @@ class CountSketchCompression(Codec):
 
     # --- client side -------------------------------------------------------------------------------
 
+    def table_size(self, n: int) -> int:
+        """Cells of the table masked under secure aggregation (rows * cols)."""
+        rows, cols = self.shape_for(n)
+        return rows * cols
+
+    def masked_table(self, vector: np.ndarray) -> np.ndarray:
+        """What a client masks under secure aggregation: the table of its (weighted) update."""
+        return self.sketch_table(vector)
+
     def sketch_table(self, vector: np.ndarray) -> np.ndarray:
         """The (rows, cols) float32 table of `vector`; ValueError if a cell overflows float32."""
         return self._sketch(check_vector(vector))

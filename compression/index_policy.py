@@ -4,6 +4,10 @@ Pairwise masks cancel only coordinate by coordinate, so with secure aggregation 
 must send the same positions I_r. The policy is public: the server computes I_r from what it is allowed
 to see (masked sums) or from a public seed, and broadcasts it. Policies:
 
+- `fresh`: I_r from round r's own updates, in two masked exchanges (FetchSGD's idea with exact values):
+  clients first mask a summary of their weighted error-corrected update, its block energies
+  (compression.blocks, the default) or a count sketch; the server takes the heaviest blocks (or the
+  sketch's heavy hitters) of the summed summary as I_r and sends it; clients then mask their values at I_r.
 - `sketch`: I_{r+1} = heavy hitters of the summed count sketch of the clients' error-feedback residuals
   (the sketch is linear, so the masked sum of sketches is the sketch of the summed residual). Round 0
   and any round without a sketch use a public random set.
@@ -17,9 +21,12 @@ import math
 
 import numpy as np
 
+from compression.blocks import BlockEnergy
 from compression.sketch import CountSketch
 from compression.topk import topk_positions
 
+POLICIES = ("fresh", "sketch", "randk", "prev_topk")
+SUMMARIES = ("blocks", "sketch")  # what `fresh` masks first
 PURPOSE_INDEX = 1
 PURPOSE_SKETCH = 2
 
@@ -55,23 +62,34 @@ class IndexPolicy:
     """Server-side state of a shared-index policy. Steps per round r:
 
     1. `positions(r)` -> the sorted index set I_r and the public seed it came from (seed != 0 means
-       clients can derive I_r from the seed alone, so the positions need not be sent);
+       clients can derive I_r from the seed alone, so the positions need not be sent); under `fresh`
+       (None, 0): the set is chosen mid-round, by `choose(r, sketch_table)`;
     2. `sketch(r)` -> the CountSketch clients fill this round, or None;
     3. `observe(r, positions, aggregate, sketch_table)` after the server has the round's sum.
     """
 
     def __init__(self, name: str, length: int, k: int, root_seed: int, sketch_rows: int = 1,
-                 sketch_cols_per_k: float = 2.0, random_share: float = 0.1):
-        if name not in ("sketch", "randk", "prev_topk"):
-            raise ValueError(f"unknown index policy {name!r}; available: sketch, randk, prev_topk")
+                 sketch_cols_per_k: float = 2.0, random_share: float = 0.1, summary: str = "sketch",
+                 block: int = 64):
+        if name not in POLICIES:
+            raise ValueError(f"unknown index policy {name!r}; available: {', '.join(POLICIES)}")
         if not 1 <= k <= length:
             raise ValueError(f"k must be in [1, {length}], got {k}")
         self.length, self.k, self.root = length, k, root_seed
-        self.shape = sketch_shape(length, k, sketch_rows, sketch_cols_per_k) if name == "sketch" else None
+        if summary not in SUMMARIES:
+            raise ValueError(f"unknown fresh summary {summary!r}; available: {', '.join(SUMMARIES)}")
+        self.blocks = BlockEnergy(length, block) if name == "fresh" and summary == "blocks" else None
+        sketched = name == "sketch" or (name == "fresh" and self.blocks is None)
+        self.shape = sketch_shape(length, k, sketch_rows, sketch_cols_per_k) if sketched else None
+        if self.blocks is not None:
+            self.shape = (1, self.blocks.cols)
         self.requested = name
-        self.name = "randk(sketch fallback)" if name == "sketch" and self.shape is None else name
+        self.name = f"randk({name} fallback)" if sketched and self.shape is None else name
+        if self.blocks is not None:
+            self.name = f"fresh(blocks of {block})"
         if k == length:
             self.name, self.shape = "all", None
+        self.fresh = name == "fresh" and self.shape is not None  # two masked exchanges a round
         self.random_share = random_share
         self._next: np.ndarray | None = None
         self._sketch: tuple[int, CountSketch] | None = None
@@ -79,18 +97,26 @@ class IndexPolicy:
     def positions(self, round: int) -> tuple[np.ndarray, int]:
         if self.k == self.length:
             return np.arange(self.length, dtype=np.int64), 0
+        if self.fresh:
+            return None, 0
         if self._next is not None:
             return self._next, 0
         seed = public_seed(self.root, round, PURPOSE_INDEX)
         return random_positions(self.length, self.k, seed), seed
 
-    def sketch(self, round: int) -> CountSketch | None:
+    def sketch(self, round: int) -> CountSketch | BlockEnergy | None:
+        if self.blocks is not None:
+            return self.blocks
         if self.shape is None:
             return None
         if self._sketch is None or self._sketch[0] != round:
             rows, cols = self.shape
             self._sketch = (round, CountSketch(rows, cols, self.length, public_seed(self.root, round, PURPOSE_SKETCH)))
         return self._sketch[1]
+
+    def choose(self, round: int, sketch_table: np.ndarray) -> np.ndarray:
+        """`fresh`: this round's index set, the heavy hitters of the summed sketch of this round's updates."""
+        return self.sketch(round).heavy_hitters(sketch_table.reshape(self.shape), self.k)
 
     def observe(self, round: int, positions: np.ndarray, aggregate: np.ndarray,
                 sketch_table: np.ndarray | None) -> None:

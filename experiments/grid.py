@@ -17,7 +17,8 @@ def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/
             out.append({"setting": label, "seed": seed, "compression": rows["compression"].iloc[0],
                         "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],
                         "policy_ran": rows["index_policy"].iloc[0], "accuracy": rows["accuracy"].iloc[-1],
-                        "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum()})
+                        "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum(),
+                        "s_per_round": rows["t_round"].iloc[1:].median() if len(rows) > 1 else rows["t_round"].iloc[0]})
     return pd.DataFrame(out)
 
 
@@ -26,7 +27,8 @@ def summarize(runs: pd.DataFrame, dense_label: str) -> pd.DataFrame:
     table = (runs.groupby(["setting", "compression", "ratio", "secagg", "policy_ran"], sort=False)
              .agg(accuracy_mean=("accuracy", "mean"), accuracy_std=("accuracy", "std"), seeds=("seed", "count"),
                   bytes_up_mb=("bytes_up", lambda b: b.mean() / 1e6),
-                  bytes_down_mb=("bytes_down", lambda b: b.mean() / 1e6)).reset_index())
+                  bytes_down_mb=("bytes_down", lambda b: b.mean() / 1e6),
+                  s_per_round=("s_per_round", "mean")).reset_index())
     dense = table.loc[table["setting"] == dense_label].iloc[0]
     table["upload_vs_dense"] = table["bytes_up_mb"] / dense["bytes_up_mb"]
     table["accuracy_vs_dense"] = table["accuracy_mean"] - dense["accuracy_mean"]
@@ -40,12 +42,12 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
     table.to_csv(path.with_suffix(".csv"), index=False)
     lines = [f"# {title}", "", f"Regenerate: `{command}`", "", description, "",
              "| setting | codec | ratio | secagg | positions | accuracy | Δ vs dense | upload MB | upload vs dense "
-             "| download MB |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "| download MB | s / round |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in table.itertuples():
         lines.append(f"| {r.setting} | {r.compression} | {r.ratio:g} | {r.secagg} | {r.policy_ran} "
                      f"| {r.accuracy_mean:.3f} ± {0 if pd.isna(r.accuracy_std) else r.accuracy_std:.3f} "
                      f"| {r.accuracy_vs_dense:+.3f} | {r.bytes_up_mb:.2f} | {r.upload_vs_dense:.3f}x "
-                     f"| {r.bytes_down_mb:.2f} |")
+                     f"| {r.bytes_down_mb:.2f} | {r.s_per_round:.2f} |")
     md = "\n".join(lines) + "\n"
     path.with_suffix(".md").write_text(md)
     return md

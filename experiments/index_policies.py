@@ -1,9 +1,13 @@
-"""Accuracy of each shared-index policy under masking, next to unmasked per-client top-k and dense.
+"""Accuracy of each shared-index policy under masking, next to unmasked per-client top-k, dense and the masked
+rotation codec.
 
-    python -m experiments.index_policies            # writes results/index_policies.{csv,md}
+    python -m experiments.index_policies                   # results/index_policies.{csv,md} (digits)
+    python -m experiments.index_policies --preset fmnist   # results/index_policies_fmnist.{csv,md}
 
-Runs (or reuses, when results/runs already holds them) digits, 10 IID clients, 20 rounds, mlp_large,
-seeds 0-2, at ratios 0.1 and 0.01, with client and server compression and error feedback on.
+digits: 10 IID clients, 20 rounds, mlp_large, seeds 0-2, ratios 0.1 and 0.01, runs in results/runs.
+fmnist: the Fashion-MNIST table's setting (+experiment=fmnist_table: lenet, 100 clients / 10 a round, 30
+rounds), IID and 2-class shards, ratio 0.01, seed 0, runs in results/fmnist/runs (cells the table already
+ran are reused). Client and server compression and error feedback on; finished runs are reused.
 """
 from __future__ import annotations
 
@@ -14,29 +18,55 @@ from experiments.grid import run_grid, summarize, write
 DENSE = "dense (no masking, no compression)"
 
 
-def settings(ratios):
-    yield DENSE, ["secagg=none", "compression=none"]
-    for ratio in ratios:
-        yield "per-client top-k (no masking)", ["secagg=none", f"compression.ratio={ratio}"]
-        for policy in ("sketch", "randk", "prev_topk"):
-            yield f"masked, {policy}", ["secagg=dh", f"compression.ratio={ratio}", f"compression.index_policy={policy}"]
+POLICIES = {"fresh": ["compression.index_policy=fresh"],
+            "fresh, count-sketch summary": ["compression.index_policy=fresh", "compression.fresh_summary=sketch"],
+            "sketch (stale)": ["compression.index_policy=sketch"], "randk": ["compression.index_policy=randk"],
+            "prev_topk": ["compression.index_policy=prev_topk"]}
+PRESETS = {
+    "digits": dict(base=[], partitions=[None], ratios=[0.1, 0.01], seeds=[0, 1, 2], runs_dir="results/runs",
+                   out="results/index_policies", setting=(
+                       "digits, 10 IID clients (all per round), 20 rounds, mlp_large (501,270 parameters), lr 0.1, 2 "
+                       "local epochs")),
+    "fmnist": dict(base=["+experiment=fmnist_table"], partitions=["iid", "shards"], ratios=[0.01], seeds=[0],
+                   runs_dir="results/fmnist/runs", out="results/index_policies_fmnist", setting=(
+                       "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 "
+                       "rounds, IID and 2-class shards")),
+}
+
+
+def settings(ratios, base=(), partitions=(None,)):
+    for partition in partitions:
+        part = [f"dataset.partition={partition}"] if partition else []
+        tag = f"{partition}: " if partition else ""
+        yield f"{tag}{DENSE}", [*base, *part, "secagg=none", "compression=none"]
+        for ratio in ratios:
+            yield f"{tag}per-client top-k (no masking)", [*base, *part, "secagg=none", f"compression.ratio={ratio}"]
+            for name, policy in POLICIES.items():
+                yield f"{tag}masked, {name}", [*base, *part, "secagg=dh", f"compression.ratio={ratio}", *policy]
+        yield f"{tag}masked rotation, 8 bits", [*base, *part, "secagg=dh", "compression=rotation"]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.01])
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="digits")
+    ap.add_argument("--ratios", type=float, nargs="+")
+    ap.add_argument("--seeds", type=int, nargs="+")
     ap.add_argument("--backend", default="inline")
-    ap.add_argument("--runs-dir", default="results/runs")
-    ap.add_argument("--out", default="results/index_policies")
+    ap.add_argument("--runs-dir")
+    ap.add_argument("--out")
     args = ap.parse_args(argv)
-    table = summarize(run_grid(settings(args.ratios), args.seeds, args.backend, args.runs_dir), DENSE)
-    print(write(table, args.out, "Shared index policies under masking vs. per-client top-k",
+    p = PRESETS[args.preset]
+    ratios, seeds = args.ratios or p["ratios"], args.seeds or p["seeds"]
+    runs = run_grid(settings(ratios, p["base"], p["partitions"]), seeds, args.backend, args.runs_dir or p["runs_dir"])
+    dense = DENSE if p["partitions"] == [None] else f"{p['partitions'][0]}: {DENSE}"
+    table = summarize(runs, dense)
+    print(write(table, args.out or p["out"], "Shared index policies under masking vs. per-client top-k",
                 "python -m experiments.index_policies" + ("" if argv is None else " " + " ".join(argv)),
-                "digits, 10 IID clients (all per round), 20 rounds, mlp_large (501,270 parameters), lr 0.1, 2 local "
-                "epochs, client and server top-k with error feedback; final accuracy, mean ± std over seeds "
-                f"{', '.join(map(str, args.seeds))}; bytes are run totals (mean over seeds) counted from the "
-                "serialized messages."))
+                f"{p['setting']}, client and server top-k with error feedback; final accuracy, mean ± std over "
+                f"seeds {', '.join(map(str, seeds))}; bytes are run totals (mean over seeds) counted from the "
+                "serialized messages, upload against the first dense row; s / round is the median wall time of "
+                "rounds 2 on (one process, one core). Masked values travel in the narrowest field that cannot "
+                "wrap (secagg.bits: 20 bits for 10 clients of 16-bit values); `fresh` masks twice a round."))
     return table
 
 

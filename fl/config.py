@@ -14,6 +14,8 @@ from omegaconf import DictConfig, OmegaConf
 
 import compression
 import secagg
+from compression.index_policy import POLICIES as INDEX_POLICIES
+from compression.index_policy import SUMMARIES
 from fl.data import DATASETS, PARTITIONS, check_files
 from fl.errors import ConfigError
 
@@ -62,10 +64,13 @@ class CompressionConfig:
     client: bool = True
     server: bool = True
     error_feedback: bool = True
-    index_policy: str = "sketch"    # sketch | randk | prev_topk (only with masking and client compression)
+    index_policy: str = "fresh"     # fresh | sketch | randk | prev_topk (only with masking and client compression)
     sketch_rows: int = 1
     sketch_cols_per_k: float = 2.0  # sketch columns as a multiple of k
     prev_topk_random: float = 0.1   # prev_topk: share of k drawn at random
+    fresh_summary: str = "blocks"   # fresh: what clients mask first, block energies | sketch (count sketch)
+    block_size: int = 64            # fresh with blocks: entries per block
+    sketch_quant_bits: Optional[int] = None  # fresh: bits of the masked summary's cells (null: secagg.quant_bits)
     residual_dtype: str = "float32"  # float32 | float16: storage of error-feedback residuals between rounds
     options: dict[str, Any] = field(default_factory=dict)  # codec options, e.g. {levels: 8} for qsgd
     per_layer: bool = False         # select / scale per layer (topk, ternary, qsgd, int8) instead of globally
@@ -80,6 +85,8 @@ class SecAggConfig:
     threshold: Optional[int] = None  # t of t-of-n Shamir; null: a strict majority (of each neighbourhood)
     neighbours: Optional[int] = None  # secaggplus graph degree; null: 2*ceil(log2 n), even, capped at n-1
     dropout: float = 0.0            # per-step probability that a client vanishes (injected; seeded)
+    quant_bits: int = 16            # fixed-point bits of each client's masked value (signed)
+    bits: Optional[int] = None      # the field Z_2^bits of the masked vector; null: the smallest that cannot wrap
 
 
 @dataclass
@@ -115,7 +122,6 @@ def register_schema() -> None:
     ConfigStore.instance().store(name="fedsqueeze_schema", node=Config)
 
 
-INDEX_POLICIES = ("sketch", "randk", "prev_topk")
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
 
@@ -200,6 +206,12 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"compression.residual_dtype must be float32 or float16, got {c.compression.residual_dtype!r}")
     if c.compression.sketch_rows < 1 or not c.compression.sketch_cols_per_k > 0:
         raise ConfigError("compression.sketch_rows must be >= 1 and sketch_cols_per_k > 0")
+    if c.compression.fresh_summary not in SUMMARIES or c.compression.block_size < 1:
+        raise ConfigError(f"compression.fresh_summary must be one of {', '.join(SUMMARIES)} and block_size >= 1, got "
+                          f"{c.compression.fresh_summary!r} and {c.compression.block_size}")
+    sq = c.compression.sketch_quant_bits
+    if sq is not None and not 2 <= sq <= secagg.MAX_FIELD_BITS - 1:
+        raise ConfigError(f"compression.sketch_quant_bits must be in [2, {secagg.MAX_FIELD_BITS - 1}] or null, got {sq}")
     if secagg.get(c.secagg.name).masks:
         if f.clients_per_round < 2:
             raise ConfigError("secure aggregation needs fl.clients_per_round >= 2 (one client's sum is its input)")
@@ -207,7 +219,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             if not getattr(c.secagg, key) > 0:
                 raise ConfigError(f"secagg.{key} must be > 0")
         try:  # the field sum of clients_per_round inputs must not wrap: checked here, not mid-run
-            secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round)
+            secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round, field_bits(c), c.secagg.quant_bits)
             secagg.make_round(c.secagg.name, bytes(32), range(f.clients_per_round), 1, c.secagg.threshold,
                               c.secagg.neighbours)  # threshold and graph degree for this cohort size
         except ValueError as err:
@@ -215,6 +227,20 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         if not 0 <= c.secagg.dropout < 1:
             raise ConfigError(f"secagg.dropout must be in [0, 1), got {c.secagg.dropout}")
     return canonical_settings(typed)
+
+
+def field_bits(c) -> int:
+    """secagg.bits, or (null) the narrowest field in which clients_per_round values of quant_bits cannot wrap."""
+    q = c.secagg.quant_bits
+    if not 2 <= q <= secagg.MAX_FIELD_BITS - 1:
+        raise ConfigError(f"secagg.quant_bits must be in [2, {secagg.MAX_FIELD_BITS - 1}], got {q}")
+    if c.secagg.bits is not None:
+        return int(c.secagg.bits)
+    safe = secagg.smallest_safe_bits(c.secagg.quant_bits, c.fl.clients_per_round)
+    if safe > secagg.MAX_FIELD_BITS:
+        raise ConfigError(f"{c.fl.clients_per_round} clients of {c.secagg.quant_bits}-bit values need a "
+                          f"{safe}-bit field, over {secagg.MAX_FIELD_BITS}; lower secagg.quant_bits")
+    return safe
 
 
 # Sparsifiers that keep every entry at ratio 1.0: that is no compression, and is recorded as such.
@@ -236,12 +262,16 @@ def canonical_settings(c: DictConfig) -> DictConfig:
         comp.name, comp.ratio, comp.client, comp.server, comp.error_feedback = "none", 1.0, False, False, False
         comp.options, comp.per_layer = {}, False
     if comp.name == "none" or not comp.client or not secagg.get(c.secagg.name).masks:
-        for key in ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random"):
+        for key in ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random", "sketch_quant_bits",
+                    "fresh_summary", "block_size"):
             setattr(comp, key, getattr(defaults, key))
     if not comp.client or not comp.error_feedback:
         comp.residual_dtype = defaults.residual_dtype
     if not secagg.get(c.secagg.name).masks:
         c.secagg = SecAggConfig(name=c.secagg.name)
+    elif c.secagg.bits is not None and c.secagg.bits == secagg.smallest_safe_bits(c.secagg.quant_bits,
+                                                                                 c.fl.clients_per_round):
+        c.secagg.bits = None  # the automatic width, spelled out: one spelling
     return c
 
 

@@ -93,6 +93,24 @@ def mlp(in_features: int, hidden, num_classes: int) -> nn.Module:
     return nn.Sequential(nn.Flatten(), *_head(in_features, hidden, num_classes))
 
 
+class MaxPool2x2(nn.MaxPool2d):
+    """2x2 max-pool (ceil mode). Without autograd it takes the maximum of strided slices: the same values
+    (a maximum is exact), about 6x faster on the CPU than max_pool2d, which also computes the indices that
+    only a backward pass needs. With autograd it is max_pool2d, whose gradient goes to one input on ties."""
+
+    def __init__(self):
+        super().__init__(2, ceil_mode=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled():
+            return super().forward(x)
+        h, w = x.shape[-2:]
+        if h % 2 or w % 2:  # ceil mode: the last row / column pools alone
+            x = nn.functional.pad(x, (0, w % 2, 0, h % 2), value=float("-inf"))
+        x = torch.maximum(x[..., 0::2], x[..., 1::2])
+        return torch.maximum(x[..., 0::2, :], x[..., 1::2, :])
+
+
 def convnet(shape: tuple[int, int, int], channels, hidden, num_classes: int, padding: str = "same") -> nn.Module:
     """LeNet-style: per stage a 5x5 convolution -> ReLU -> 2x2 max-pool; then the MLP head. `padding`:
     'same' keeps each stage's size (28 -> 14 -> 7), 'valid' is the classic LeNet / NIID-Bench CNN
@@ -103,7 +121,7 @@ def convnet(shape: tuple[int, int, int], channels, hidden, num_classes: int, pad
     width = shape[0]
     for ch in channels:
         layers += [nn.Conv2d(width, int(ch), 5, padding=2 if padding == "same" else 0), nn.ReLU(),
-                   nn.MaxPool2d(2, ceil_mode=True)]
+                   MaxPool2x2()]
         width = int(ch)
     features = nn.Sequential(*layers, nn.Flatten())
     with torch.no_grad():

@@ -15,6 +15,7 @@ import compression
 import secagg
 from compression.index_policy import IndexPolicy
 from compression.topk import topk_count
+from fl.config import field_bits
 from fl.data import partition_args
 
 
@@ -53,6 +54,11 @@ class Plan:
     sketch_clip: float
     max_weight: float
     max_clients: int                             # the cohort size the fixed-point bounds are sized for
+    field_bits: int = 32                         # the masked vector's field Z_2^field_bits
+    sketch_bits: int | None = None               # `fresh`: quantization bits of the masked sketch (None: quant_bits)
+    linear_bits: int | None = None               # a linear codec's own quantization bits (None: quant_bits)
+    linear_clip: float | None = None             # ... and the clip of its table's cells (None: sketch_clip)
+    quant_bits: int | None = None                # fixed-point bits per client value (None: the widest that fits)
 
     @classmethod
     def build(cls, cfg, layer_sizes) -> Plan:
@@ -70,7 +76,8 @@ class Plan:
         policy_args = None
         if masked and linear is None:
             policy_args = (str(c.index_policy), length, k, int(cfg.seed), int(c.sketch_rows),
-                           float(c.sketch_cols_per_k), float(c.prev_topk_random))
+                           float(c.sketch_cols_per_k), float(c.prev_topk_random), str(c.fresh_summary),
+                           int(c.block_size))
         return cls(
             length=length, layer_sizes=layer_sizes, model=SimpleNamespace(**OmegaConf.to_container(cfg.model)),
             partitions=partition_args(cfg),
@@ -82,17 +89,20 @@ class Plan:
             residual_dtype=str(c.residual_dtype), masked=masked, linear=linear, k=k, policy_args=policy_args,
             secagg=str(s.name), threshold=s.threshold, neighbours=s.neighbours, dropout=float(s.dropout),
             clip=float(s.clip), sketch_clip=float(s.sketch_clip), max_weight=float(s.max_weight),
-            max_clients=int(f.clients_per_round))
+            max_clients=int(f.clients_per_round), field_bits=field_bits(cfg) if masked else 32,
+            quant_bits=int(s.quant_bits) if masked else None,
+            sketch_bits=c.sketch_quant_bits, linear_bits=getattr(linear, "bits", None), linear_clip=getattr(linear, "clip", None))
 
     def index_policy(self) -> IndexPolicy | None:
         """A fresh index policy: the server's keeps state across rounds; a worker's only draws sketch hashes."""
         return IndexPolicy(*self.policy_args) if self.policy_args is not None else None
 
-    def quantizers(self) -> tuple[secagg.FixedPointQuantizer, ...]:
-        """(values, weight, sketch) fixed-point quantizers, the same on clients and server."""
-        n = self.max_clients
-        return (secagg.FixedPointQuantizer(self.clip, n), secagg.FixedPointQuantizer(self.max_weight, n),
-                secagg.FixedPointQuantizer(self.sketch_clip, n))
+    def field_for(self, quant_bits: int) -> int:
+        """The field width of a masked vector whose parts have quant_bits: secagg.bits (or its automatic width)
+        for secagg.quant_bits, the narrowest that cannot wrap for another width (a low-bit linear codec's)."""
+        if quant_bits == self.quant_bits:
+            return self.field_bits
+        return secagg.smallest_safe_bits(quant_bits, self.max_clients)
 
     def round_config(self, session: bytes, cohort, masked_length: int):
         """The mask protocol's public configuration of one round."""
@@ -102,12 +112,17 @@ class Plan:
                                  self.neighbours)
 
     @property
+    def masked_field_bits(self) -> int:
+        """The width of the masked values' field (a low-bit linear codec's own)."""
+        return self.field_for(self.linear_bits) if self.linear_bits is not None else self.field_bits
+
+    @property
     def index_policy_name(self) -> str:
         """What the result rows call the way positions were chosen."""
         if self.policy_args is not None:
             return self.index_policy().name
         if self.linear is not None:
-            return "sketch-codec (server top-k)"
+            return "sketch-codec (server top-k)" if hasattr(self.linear, "hashes") else f"{self.linear.name}-codec (dense)"
         return "per-client" if self.client_codec.name != "none" else "dense"
 
 

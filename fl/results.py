@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import secagg
+
 if TYPE_CHECKING:  # pandas loads when rows are read: fl.launch starts Ray before it (0.2 s)
     import pandas as pd
 
@@ -23,9 +25,11 @@ COLUMNS = [
     "clients_per_round", "compression", "ratio", "client_compression", "server_compression", "error_feedback",
     "index_policy", "secagg", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
     "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "catchups", "rejected", "aborted",
-    "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask", "late_ignored",
+    "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask",
+    "dropped_masked_sketch", "dropped_unmask_sketch", "late_ignored",
     "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode", "t_evaluate", "t_round",
-    "t_step_advertise", "t_step_share_keys", "t_step_masked_input", "t_step_unmask",
+    "t_step_advertise", "t_step_share_keys", "t_step_masked_sketch", "t_step_unmask_sketch", "t_step_masked_input",
+    "t_step_unmask", "field_bits",
     "state_bytes", "driver_peak_mb", "worker_peak_mb",
     "env", "env_cpu", "env_cores", "env_torch", "device", "backend", "num_workers",
 ]
@@ -33,8 +37,11 @@ COLUMNS = [
 
 # Keys added after results were committed, left out of the hash at the value that reproduces those results
 # (so a finished run is still found); and keys that say where files are found, not what is computed.
-NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("model", "padding"): "same"}
+NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("model", "padding"): "same",
+           ("compression", "sketch_quant_bits"): None, ("compression", "fresh_summary"): "blocks",
+           ("compression", "block_size"): 64}
 WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"))
+FIELD_KEYS = ("quant_bits", "bits")  # the masked field's widths: they compute nothing without masking
 
 
 def config_hash(cfg_dict: dict) -> str:
@@ -44,6 +51,10 @@ def config_hash(cfg_dict: dict) -> str:
             del what[group][key]
     for group, key in WHERE_KEYS:
         what.get(group, {}).pop(key, None)
+    s = what.get("secagg", {})
+    if "name" in s and not secagg.get(s["name"]).masks:
+        for key in FIELD_KEYS:
+            s.pop(key, None)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -60,7 +60,10 @@ class Server:
         self.weights = weights  # the global model, one flat float32 vector
         self.broadcaster = Broadcaster(plan)
         self.policy = plan.index_policy()  # the shared index set under masking; None otherwise
-        self.accumulator = SketchAccumulator(plan.linear, plan.length) if plan.linear is not None else None
+        # a count sketch's table needs the server's error feedback (heavy hitters out, the rest kept); a rotation
+        # is inverted whole
+        sketching = plan.linear is not None and hasattr(plan.linear, "hashes")
+        self.accumulator = SketchAccumulator(plan.linear, plan.length) if sketching else None
         self.positions: np.ndarray | None = None  # this round's shared index set
         self.last_sync: dict[int, int] = {}  # client -> last round it received a broadcast
         self.worker_round: dict[int, int] = {}  # worker -> last round whose broadcast it applied
@@ -100,6 +103,8 @@ class Server:
         """Cells of the masked vector after the values and weight: a linear codec's table or the residual sketch."""
         if self.accumulator is not None:
             return self.accumulator.table.size
+        if self.plan.linear is not None:
+            return self.plan.linear.table_size(self.plan.length)
         sketch = self.policy.sketch(r)
         return sketch.rows * sketch.cols if sketch is not None else 0
 
@@ -115,6 +120,9 @@ class Server:
             self.accumulator.add(cells.reshape(self.accumulator.table.shape) / weight)
             positions, values = self.accumulator.extract()
             self.weights[positions] += values
+            return
+        if self.plan.linear is not None:
+            self.weights += self.plan.linear.from_table(cells / weight, self.plan.length)
             return
         self.weights[self.positions] += values
         sketch = self.policy.sketch(r)

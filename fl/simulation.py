@@ -114,6 +114,7 @@ def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int) -> dict:
         "client_compression": cfg.compression.client, "server_compression": plan.broadcast_codec.name != "none",
         "error_feedback": plan.error_feedback, "secagg": cfg.secagg.name,  # whether it acted, not the switch
         **environment.describe(cfg.device, cfg.backend, size), "index_policy": plan.index_policy_name,
+        "field_bits": plan.masked_field_bits if plan.masked else "",
     }
 
 

@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError as _ProtobufDecodeError
 
 import secagg
 from compression import DecodeError as CodecDecodeError
+from compression.packing import pack_codes, packed_size, unpack_codes
 from compression.topk import decode_positions, encode_positions
 from fl import wire_pb2 as pb
 
@@ -209,20 +210,39 @@ def decode_share_bundle(data: bytes) -> secagg.ShareBundle:
                               shares=tuple(zip(ids, cts)))
 
 
-def encode_masked(m: secagg.MaskedInput) -> bytes:
-    data = np.ascontiguousarray(m.masked, dtype="<u4").tobytes()
+def encode_masked(m: secagg.MaskedInput, bits: int = 32) -> bytes:
+    """The masked vector in Z_2^bits at `bits` bits per element: its elements' low bits (the masks are uniform
+    in Z_2^32, so their low bits are uniform in Z_2^bits, and the server's sum is read mod 2^bits)."""
+    if bits == 32:
+        data = np.ascontiguousarray(m.masked, dtype="<u4").tobytes()
+    else:
+        data = pack_codes(np.asarray(m.masked, np.uint32) & np.uint32((1 << bits) - 1), bits)
     return _seal(pb.MaskedInput(version=VERSION, session=m.session, client_id=m.client_id, length=len(m.masked),
-                                masked=data))
+                                masked=data, bits=bits))
 
 
-def decode_masked(data: bytes, length: int) -> secagg.MaskedInput:
+def masked_bytes(length: int, bits: int = 32) -> int:
+    """Bytes of a masked vector's elements on the wire: ceil(length * bits / 8)."""
+    return packed_size(length, bits)
+
+
+def decode_masked(data: bytes, length: int, bits: int = 32) -> secagg.MaskedInput:
     what = "masked input"
-    msg = _parse(pb.MaskedInput, data, what, _FRAME_BYTES + 4 * length)
+    size = masked_bytes(length, bits)
+    msg = _parse(pb.MaskedInput, data, what, _FRAME_BYTES + size)
     _check_session(msg.session, what)
     _need(msg.length == length, what, f"vector length {msg.length}, expected {length}")
-    _need(len(msg.masked) == 4 * length, what,
-          f"masked vector has {len(msg.masked)} bytes, expected {4 * length} (4 per uint32)")
-    vec = np.frombuffer(msg.masked, dtype="<u4").astype(np.uint32)
+    _need(msg.bits == bits, what, f"field of {msg.bits} bits, expected {bits}")
+    _need(len(msg.masked) == size, what,
+          f"masked vector has {len(msg.masked)} bytes, expected {size} ({length} elements of {bits} bits)")
+    raw = np.frombuffer(msg.masked, dtype=np.uint8)
+    if bits == 32:
+        vec = raw.view("<u4").astype(np.uint32)
+    else:
+        try:
+            vec = unpack_codes(raw, length, bits, what).astype(np.uint32, copy=False)
+        except CodecDecodeError as err:
+            raise WireError(str(err)) from None
     return secagg.MaskedInput(session=msg.session, client_id=_check_id(msg.client_id, what), masked=vec)
 
 
@@ -261,6 +281,24 @@ def decode_unmask_response(data: bytes, peers: int | None = None) -> secagg.Unma
     return secagg.UnmaskResponse(session=msg.session, client_id=_check_id(msg.client_id, what),
                                  self_mask_shares=tuple(zip(b_owners, b_shares)),
                                  key_shares=tuple(zip(key_owners, key_shares)))
+
+
+def encode_round_index(session: bytes, positions: np.ndarray, length: int) -> bytes:
+    return _seal(pb.RoundIndexSet(version=VERSION, session=session, length=length, count=len(positions),
+                                  positions=encode_positions(positions, length)))
+
+
+def decode_round_index(data: bytes, session: bytes, length: int, count: int) -> np.ndarray:
+    """The index set for the masked exchange of `session`: exactly `count` sorted positions of [0, length)."""
+    what = "round index set"
+    msg = _parse(pb.RoundIndexSet, data, what, _FRAME_BYTES + 1 + max(length // 8 + 1, 10 * count))
+    _need(msg.session == session, what, "session does not match this exchange (replayed or misrouted)")
+    _need(msg.length == length and msg.count == count, what,
+          f"{msg.count} of {msg.length} positions, expected {count} of {length}")
+    try:
+        return decode_positions(msg.positions, length, count)
+    except CodecDecodeError as err:
+        raise WireError(f"{what}: {err}") from None
 
 
 # --- the round's shared index set, carried in the broadcast ----------------------------------------

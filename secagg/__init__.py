@@ -33,7 +33,7 @@ from .messages import (
 )
 from .none import NoMasking
 from .prg import prg_uint32
-from .quantize import FixedPointQuantizer
+from .quantize import MAX_FIELD_BITS, FixedPointQuantizer, smallest_safe_bits
 from .registry import UnknownProtocolError, canonical, get, names, register
 from .graph import Graph
 from .round import MAX_CLIENT_ID, RoundConfig, default_degree, make_round, session_id
@@ -46,6 +46,8 @@ __all__ = [
     "Client",
     "DHProtocol",
     "FixedPointQuantizer",
+    "MAX_FIELD_BITS",
+    "smallest_safe_bits",
     "Graph",
     "KeyRoster",
     "MAX_CLIENT_ID",

@@ -155,10 +155,12 @@ def make_round(protocol, session: bytes, participants, length: int, threshold: i
 
 
 def session_id(run_id: str, round: int, participants: Iterable[int], *, protocol=None, length: int | None = None,
-               threshold: int | None = None, degree: int | None = None, nonce: bytes | None = None) -> bytes:
+               threshold: int | None = None, degree: int | None = None, nonce: bytes | None = None,
+               bits: int | None = None) -> bytes:
     """SHA-256 over a length-prefixed encoding of (tag, run id, round, sorted unique participant ids), then,
     when given, the configuration (protocol name, t, k, length; t and k as make_round resolves them, so pass
-    the same arguments) and the server's nonce. Without the keyword inputs: the hash of earlier versions."""
+    the same arguments), the server's nonce and the field's width in bits. Without the keyword inputs: the hash
+    of earlier versions."""
     run = run_id.encode("utf-8")
     if round < 0:
         raise ValueError(f"round must be >= 0, got {round}")
@@ -177,4 +179,8 @@ def session_id(run_id: str, round: int, participants: Iterable[int], *, protocol
         if not isinstance(nonce, bytes):
             raise TypeError(f"the session nonce must be bytes, got {type(nonce).__name__}")
         encoded += [b"nonce", struct.pack(">I", len(nonce)), nonce]
+    if bits is not None:
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 32:
+            raise ValueError(f"the field width must be an integer in [1, 32] bits, got {bits!r}")
+        encoded += [b"field", struct.pack(">I", bits)]
     return hashlib.sha256(b"".join(encoded)).digest()

@@ -1,39 +1,64 @@
 """The masked vector's layout, owned in one place: [k weighted values at the shared index set | the FedAvg
-weight | sketch cells], each part in fixed point in Z_{2^32}. Clients quantize the parts (in this order,
-from one generator), the server unpacks the masked sum."""
+weight | table cells (a sketch, or a linear codec's table)], every part in fixed point in the field Z_{2^b}.
+Clients quantize the parts (in this order, from one generator), the server unpacks the masked sum.
+
+Each part has quant_bits signed bits per client, so b = the narrowest width in which the cohort's sum cannot
+wrap (or secagg.bits). The weight needs WEIGHT_BITS of precision whatever quant_bits is: it travels as
+digits of quant_bits - 1 bits (non-negative, so each digit's sum is exact and the server recombines them).
+"""
 from __future__ import annotations
 
 import numpy as np
 
+import secagg
+
+WEIGHT_BITS = 15  # the FedAvg weight's precision: max_weight / (2^15 - 1)
+
 
 class MaskedLayout:
-    def __init__(self, plan, k: int, cells: int):
-        self.k, self.cells = k, cells
-        self.length = k + 1 + cells
-        self.q_values, self.q_weight, self.q_sketch = plan.quantizers()
+    def __init__(self, plan, k: int, cells: int, quant_bits: int | None = None, table_clip: float | None = None):
+        q = int(quant_bits or plan.quant_bits)
+        self.k, self.cells, self.quant_bits = k, cells, q
+        self.bits = plan.field_for(q)
+        self.digit_bits = q - 1
+        self.digits = -(-WEIGHT_BITS // self.digit_bits)
+        self.length = k + self.digits + cells
+        n = plan.max_clients
+        self.q_values = secagg.FixedPointQuantizer(plan.clip, n, self.bits, q)
+        self.q_table = secagg.FixedPointQuantizer(plan.sketch_clip if table_clip is None else table_clip, n,
+                                                  self.bits, q)
+        self.q_digit = secagg.FixedPointQuantizer(1.0, n, self.bits, q)  # reads digit sums back exactly
+        self.weight_scale = (2**WEIGHT_BITS - 1) / plan.max_weight
 
     def weight(self, w: float, rng: np.random.Generator) -> np.ndarray:
-        return self.q_weight.quantize(np.array([w], np.float32), rng)
+        """The weight, stochastically rounded to WEIGHT_BITS (unbiased), as base-2^(quant_bits-1) digits."""
+        scaled = min(max(float(w), 0.0), (2**WEIGHT_BITS - 1) / self.weight_scale) * self.weight_scale
+        whole = int(np.floor(scaled))
+        whole += int(rng.random() < scaled - whole)
+        mask = (1 << self.digit_bits) - 1
+        return np.array([(whole >> (self.digit_bits * j)) & mask for j in range(self.digits)], np.uint32)
 
     def values(self, weighted: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """The quantized weighted values and what they stand for (clipping and rounding included)."""
         return self.q_values.quantize_with_error(weighted, rng)
 
-    def sketch(self, table: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-        return self.q_sketch.quantize(table.ravel(), rng)
+    def table(self, table: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        return self.q_table.quantize(table.ravel(), rng)
 
-    def join(self, values: np.ndarray | None, weight: np.ndarray, sketch: np.ndarray | None) -> np.ndarray:
-        parts = [p for p in (values, weight, sketch) if p is not None]
+    def join(self, values: np.ndarray | None, weight: np.ndarray, table: np.ndarray | None) -> np.ndarray:
+        parts = [p for p in (values, weight, table) if p is not None]
         vector = np.concatenate(parts)
         if len(vector) != self.length:
             raise ValueError(f"masked vector of {len(vector)} elements, the layout has {self.length}")
         return vector
 
-    def unpack(self, total: np.ndarray) -> tuple[np.ndarray, float, np.ndarray | None]:
-        """(mean values at the index set, summed weight, summed sketch cells or None) of a field sum."""
+    def unpack(self, total: np.ndarray) -> tuple[np.ndarray | None, float, np.ndarray | None]:
+        """(mean values at the index set, summed weight, summed table cells or None) of a field sum."""
         if len(total) != self.length:
             raise ValueError(f"masked sum of {len(total)} elements, the layout has {self.length}")
-        weight = float(self.q_weight.dequantize(total[self.k:self.k + 1])[0])
-        values = (self.q_values.dequantize(total[:self.k]) / weight).astype(np.float32) if weight > 0 else None
-        cells = self.q_sketch.dequantize(total[self.k + 1:]).astype(np.float32) if self.cells else None
+        k, d = self.k, self.digits
+        sums = self.q_digit.dequantize(total[k:k + d]) * self.q_digit.scale  # exact integers
+        weight = float(sum(int(s) << (self.digit_bits * j) for j, s in enumerate(sums))) / self.weight_scale
+        values = (self.q_values.dequantize(total[:k]) / weight).astype(np.float32) if weight > 0 else None
+        cells = self.q_table.dequantize(total[k + d:]).astype(np.float32) if self.cells else None
         return values, weight, cells

@@ -17,60 +17,118 @@ from fl.rounds.layout import MaskedLayout
 from fl.seeds import client_seed
 
 STEPS = ("advertise", "share_keys", "masked_input", "unmask")
+# Index policy `fresh`: a first masked exchange of sketches chooses this round's index set, a second masks the values.
+FRESH_STEPS = ("advertise", "share_keys", "masked_sketch", "unmask_sketch", "masked_input", "unmask")
 
 
 # --- client half: run by a worker for its clients -----------------------------------------------
 
-def advertise(worker, round: int, session: bytes, cohort: list[int], clients: list[int], masked_length: int,
-              aborted_rounds: list[int], key_root: bytes, t: dict):
-    """Step 1: two fresh key pairs per client. Residuals staged by this worker's last masked round are kept
-    only if that round was applied (an aborted round sent nothing the model used); that round may be any
-    earlier one, as a worker with no client in a round is not called."""
+def advertise(worker, round: int, sessions: list[bytes], cohort: list[int], clients: list[int],
+              lengths: list[int], aborted_rounds: list[int], key_roots: list[bytes], t: dict):
+    """Step 1: two fresh key pairs per client and masked exchange (one exchange, or two under `fresh`: the
+    exchanges are separate protocol instances, so one's dropouts never reveal the other's masks). Residuals
+    staged by this worker's last masked round are kept only if that round was applied (an aborted round sent
+    nothing the model used); that round may be any earlier one, as a worker with no client in a round is not
+    called."""
     if worker.staged_round not in aborted_rounds:
         for cid, residual in worker.staged.items():
             keep_residual(worker, cid, residual)
-    worker.staged = {}
+    worker.staged, worker.held = {}, {}
     t0 = time.perf_counter()
-    config = worker.plan.round_config(session, cohort, masked_length)
     protocol = secagg.get(worker.plan.secagg)
-    # keys seeded per (experiment, round, client): a rerun draws the same SecAgg+ graph (simulation only)
-    worker.pending = {cid: protocol.Client(config, cid, key_seed=key_root + cid.to_bytes(8, "big")) for cid in clients}
-    out = [(cid, wire.encode_advertise(client.advertise())) for cid, client in worker.pending.items()]
+    # keys seeded per (experiment, round, exchange, client): a rerun draws the same SecAgg+ graph (simulation only)
+    worker.pending = [{cid: protocol.Client(worker.plan.round_config(session, cohort, n), cid,
+                                            key_seed=root + cid.to_bytes(8, "big")) for cid in clients}
+                      for session, n, root in zip(sessions, lengths, key_roots)]
+    out = [(cid, together([wire.encode_advertise(p[cid].advertise()) for p in worker.pending])) for cid in clients]
     t["t_mask"] += time.perf_counter() - t0
     yield from out
 
 
-def _step(worker, clients: list[int], act, t: dict):
-    """One protocol step per client; a client whose check fails sends nothing (drops out)."""
+def _step(worker, clients: list[int], act, t: dict, exchange: int | None = None):
+    """One protocol step per client: in every exchange (a tuple of messages), or in one. A client whose check
+    fails in any sends nothing and leaves the round (drops out)."""
     t0 = time.perf_counter()
     out = []
     for cid in clients:
         try:
-            out.append((cid, act(cid, worker.pending[cid])))
+            if exchange is None:
+                out.append((cid, together([act(e, p[cid]) for e, p in enumerate(worker.pending)])))
+            else:
+                out.append((cid, act(exchange, worker.pending[exchange][cid])))
         except (secagg.ProtocolError, KeyError, wire.WireError):
-            worker.pending.pop(cid, None)
+            _leave(worker, cid)
             out.append((cid, None))
     t["t_mask"] += time.perf_counter() - t0
     return out
 
 
-def share_keys(worker, roster: bytes, clients: list[int], t: dict):
+def together(messages: list[bytes]) -> bytes:
+    """One protocol message per exchange in one reply: the message itself when there is one exchange, else each
+    after its 4-byte length (a transport frame: the bytes counted are the messages')."""
+    if len(messages) == 1:
+        return messages[0]
+    return b"".join(len(m).to_bytes(4, "little") + m for m in messages)
+
+
+def apart(data: bytes, count: int) -> list[bytes]:
+    """The messages `together` framed; WireError if the frame does not hold exactly `count` of them."""
+    if count == 1:
+        return [data]
+    out, at = [], 0
+    while at < len(data) and len(out) < count:
+        size = int.from_bytes(data[at:at + 4], "little")
+        if at + 4 + size > len(data):
+            break
+        out.append(data[at + 4:at + 4 + size])
+        at += 4 + size
+    if len(out) != count or at != len(data):
+        raise wire.WireError(f"a reply of {len(data)} bytes does not frame {count} protocol messages")
+    return out
+
+
+def _leave(worker, cid: int) -> None:
+    for p in worker.pending:
+        p.pop(cid, None)
+    worker.staged.pop(cid, None)
+    worker.held.pop(cid, None)
+
+
+def share_keys(worker, rosters: tuple[bytes, ...], clients: list[int], t: dict):
     """Step 2: Shamir shares of each client's self-mask seed and mask key, encrypted per recipient."""
-    roster_msg = wire.decode_roster(roster)
-    yield from _step(worker, clients, lambda cid, c: wire.encode_share_keys(c.share_keys(roster_msg)), t)
+    roster_msgs = [wire.decode_roster(r) for r in rosters]
+    yield from _step(worker, clients, lambda e, c: wire.encode_share_keys(c.share_keys(roster_msgs[e])), t)
+
+
+def _mask(worker, exchange: int, cid: int, bundle: bytes, vector: np.ndarray, bits: int, t: dict):
+    """The client's MaskedInput bytes for one exchange, or None (it drops out) if the protocol refuses."""
+    t0 = time.perf_counter()
+    try:
+        message = wire.encode_masked(worker.pending[exchange][cid].masked_input(wire.decode_share_bundle(bundle),
+                                                                                vector), bits)
+    except (secagg.ProtocolError, KeyError, wire.WireError):
+        _leave(worker, cid)
+        message = None
+    t["t_mask"] += time.perf_counter() - t0
+    return message
+
+
+def _refuse(worker, cid: int):
+    """The client refuses to send (its update or a quantity it would mask is not finite): it leaves the round."""
+    _leave(worker, cid)
+    return cid, REFUSED
 
 
 def masked_input(worker, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
                  catchup: bytes | None, t: dict):
-    """Step 3: train, take the update at the shared index set (or a linear codec's table), weight, quantize,
-    sketch the residual, mask; yields (client id, MaskedInput bytes or None)."""
+    """Step 3 (one exchange): train, take the update at the broadcast's index set (or a linear codec's table),
+    weight, quantize, sketch the residual, mask; yields (client id, MaskedInput bytes or None)."""
     plan = worker.plan
     t["t_sync"] += sync(worker, broadcast, round, catchup)
     worker.staged_round = round
     idx = worker.index_set
     sketch = worker.policy.sketch(round) if worker.policy is not None else None
-    cells = worker.linear_cells if plan.linear is not None else sketch.rows * sketch.cols if sketch is not None else 0
-    layout = MaskedLayout(plan, len(idx) if plan.linear is None else 0, cells)
+    layout = worker_layout(worker, round, len(idx) if plan.linear is None else 0)
     for cid in clients:
         corrected, n = corrected_update(worker, cid, round, t)
         t1 = time.perf_counter()
@@ -78,23 +136,80 @@ def masked_input(worker, broadcast: bytes, round: int, bundles: dict[int, bytes]
         w = min(n / worker.mean_samples, plan.max_weight)
         try:  # the quantizer refuses NaN/Inf in what it is given: a weighted value or sketch cell may overflow
             vector = _masked_vector(plan, layout, corrected, w, idx, sketch, rng, worker.staged, cid)
-        except ValueError:  # the client refuses to send (nothing was staged): the round goes on without it
-            worker.pending.pop(cid, None)
+        except ValueError:
             t["t_encode"] += time.perf_counter() - t1
-            yield cid, REFUSED
+            yield _refuse(worker, cid)
             continue
-        t2 = time.perf_counter()
-        try:
-            bundle = wire.decode_share_bundle(bundles[cid])
-            message = wire.encode_masked(worker.pending[cid].masked_input(bundle, vector))
-        except (secagg.ProtocolError, KeyError, wire.WireError):
-            worker.pending.pop(cid, None)
-            worker.staged.pop(cid, None)
-            message = None
-        t["t_encode"] += t2 - t1
-        t["t_mask"] += time.perf_counter() - t2
-        yield cid, message
+        t["t_encode"] += time.perf_counter() - t1
+        yield cid, _mask(worker, 0, cid, bundles[cid], vector, layout.bits, t)
     t.update(worker.stats())
+
+
+def worker_layout(worker, round: int, k: int) -> MaskedLayout:
+    """The layout of this round's (only, or values) exchange as the worker sees it."""
+    plan = worker.plan
+    if plan.linear is not None:
+        return MaskedLayout(plan, 0, worker.linear_cells, plan.linear_bits, plan.linear_clip)
+    sketch = None if worker.policy.fresh else worker.policy.sketch(round)
+    return MaskedLayout(plan, k, sketch.rows * sketch.cols if sketch is not None else 0)
+
+
+def masked_sketch(worker, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
+                  catchup: bytes | None, t: dict):
+    """Exchange 1 of `fresh`: train, and mask a count sketch of the weighted error-corrected update (its
+    weight too); the update is held for exchange 2, which masks its values at the positions the sum picks."""
+    plan = worker.plan
+    t["t_sync"] += sync(worker, broadcast, round, catchup)
+    worker.staged_round = round
+    sketch = worker.policy.sketch(round)
+    layout = MaskedLayout(plan, 0, sketch.rows * sketch.cols, plan.sketch_bits)
+    for cid in clients:
+        corrected, n = corrected_update(worker, cid, round, t)
+        t1 = time.perf_counter()
+        rng = np.random.default_rng(client_seed(plan.training.seed, round, cid) ^ 0x5EC5)
+        w = min(n / worker.mean_samples, plan.max_weight)
+        try:
+            if not np.isfinite(corrected).all():
+                raise ValueError("update is not finite")
+            vector = layout.join(None, layout.weight(w, rng), layout.table(sketch.sketch(corrected * w), rng))
+        except ValueError:
+            t["t_encode"] += time.perf_counter() - t1
+            yield _refuse(worker, cid)
+            continue
+        worker.held[cid] = (corrected, w)
+        t["t_encode"] += time.perf_counter() - t1
+        yield cid, _mask(worker, 0, cid, bundles[cid], vector, layout.bits, t)
+    t.update(worker.stats())
+
+
+def masked_values(worker, index_set: bytes, session: bytes, round: int, bundles: dict[int, bytes],
+                  clients: list[int], t: dict):
+    """Exchange 2 of `fresh`: the held update's weighted values at this round's index set, masked; the
+    rest (and the quantization error) is the client's new residual, staged until the round is applied."""
+    plan = worker.plan
+    layout = MaskedLayout(plan, plan.k, 0)
+    try:
+        idx = wire.decode_round_index(index_set, session, plan.length, plan.k)
+    except wire.WireError:
+        for cid in clients:
+            _leave(worker, cid)
+        yield from ((cid, None) for cid in clients)
+        return
+    for cid in clients:
+        if cid not in worker.held:
+            yield cid, None
+            continue
+        t1 = time.perf_counter()
+        corrected, w = worker.held.pop(cid)
+        rng = np.random.default_rng(client_seed(plan.training.seed, round, cid) ^ 0x5EC)
+        try:
+            vector = _masked_vector(plan, layout, corrected, w, idx, None, rng, worker.staged, cid)
+        except ValueError:
+            t["t_encode"] += time.perf_counter() - t1
+            yield _refuse(worker, cid)
+            continue
+        t["t_encode"] += time.perf_counter() - t1
+        yield cid, _mask(worker, 1, cid, bundles[cid], vector, layout.bits, t)
 
 
 def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, idx, sketch, rng, staged: dict,
@@ -103,24 +218,25 @@ def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, 
     if not np.isfinite(corrected).all():
         raise ValueError("update is not finite")
     q_weight = layout.weight(w, rng)
-    if plan.linear is not None:  # count sketch: the weighted update's table is the message
-        return layout.join(None, q_weight, layout.sketch(plan.linear.sketch_table(corrected * w), rng))
+    if plan.linear is not None:  # a linear codec: the weighted update's table is the message
+        return layout.join(None, q_weight, layout.table(plan.linear.masked_table(corrected * w), rng))
     q_values, sent = layout.values(corrected[idx] * w, rng)  # float32: an overflow to inf is refused
     residual = None
     if plan.error_feedback or sketch is not None:
         residual = corrected.copy()
         residual[idx] -= sent / w  # clipping and rounding error stay in the residual
-    q_sketch = layout.sketch(sketch.sketch(residual), rng) if sketch is not None else None
+    q_sketch = layout.table(sketch.sketch(residual), rng) if sketch is not None else None
     if plan.error_feedback:
         staged[cid] = residual
     return layout.join(q_values, q_weight, q_sketch)
 
 
-def unmask(worker, request: bytes, clients: list[int], t: dict):
-    """Step 4: shares of b for survivors, of the mask key for dropped clients; the round's keys are dropped."""
+def unmask(worker, request: bytes, clients: list[int], exchange: int, t: dict):
+    """Step 4 (per exchange): shares of b for survivors, of the mask key for dropped clients; the exchange's
+    keys are dropped."""
     request_msg = wire.decode_unmask_request(request)
-    out = _step(worker, clients, lambda cid, c: wire.encode_unmask_response(c.unmask(request_msg)), t)
-    worker.pending = {}
+    out = _step(worker, clients, lambda e, c: wire.encode_unmask_response(c.unmask(request_msg)), t, exchange)
+    worker.pending[exchange] = {}
     yield from out
 
 
@@ -130,7 +246,7 @@ class MaskedAggregator:
     """The mask protocol's server state machine (bytes in, bytes out) and the layout's dequantization."""
 
     def __init__(self, plan, session: bytes, cohort: list[int], layout: MaskedLayout):
-        self.layout, self.length, self.peers = layout, layout.length, len(cohort)
+        self.layout, self.length, self.peers, self.session = layout, layout.length, len(cohort), session
         self.config = plan.round_config(session, cohort, self.length)
         self.state = secagg.get(plan.secagg).Server(self.config)
 
@@ -148,7 +264,7 @@ class MaskedAggregator:
         return {cid: wire.encode_share_bundle(b) for cid, b in self.state.bundles().items()}
 
     def add(self, message: bytes) -> None:
-        self.state.add(wire.decode_masked(message, self.length))
+        self.state.add(wire.decode_masked(message, self.length, self.layout.bits))
 
     def unmask_request(self) -> tuple[bytes, tuple[int, ...]]:
         request = self.state.unmask_request()
@@ -170,10 +286,10 @@ class _Steps:
     """The clients still alive through a round's four steps, with its injected dropouts (seeded)."""
 
     def __init__(self, pool, tally: Tally, cohort: list[int], by_worker: dict[int, list[int]], dropout: float,
-                 rng: np.random.Generator):
+                 rng: np.random.Generator, names=STEPS):
         self.pool, self.tally, self.by_worker, self.dropout, self.rng = pool, tally, by_worker, dropout, rng
         self.alive = set(cohort)
-        self.drops = dict.fromkeys(STEPS, 0)
+        self.drops = dict.fromkeys(names, 0)
         self.started: dict[str, float] = {}
 
     def run(self, step, name: str, args_for, message_bytes: float = 0.0):
@@ -208,6 +324,21 @@ class _Steps:
             self.reject(cid)
             tqdm.write(f"rejected a message of client {cid}: {err}")
 
+    def take_each(self, adds, cid: int, data: bytes) -> int:
+        """A message per exchange (framed by `together`), each to its server; the first one refused rejects the
+        client. Returns the bytes of the messages."""
+        try:
+            msgs = apart(data, len(adds))
+        except wire.WireError as err:
+            self.reject(cid)
+            tqdm.write(f"rejected a message of client {cid}: {err}")
+            return len(data)
+        for add, msg in zip(adds, msgs):
+            self.take(add, cid, msg)
+            if cid not in self.alive:
+                break
+        return sum(map(len, msgs))
+
     def reject(self, cid: int) -> None:
         self.tally.row["rejected"] += 1
         self.alive.discard(cid)
@@ -216,57 +347,75 @@ class _Steps:
         names = list(self.started) + ["end"]
         self.started["end"] = time.perf_counter()
         row.update({f"t_step_{a}": self.started[b] - self.started[a] for a, b in zip(names, names[1:])})
-        row.update(dropped=sum(self.drops.values()), **{f"dropped_{s}": n for s, n in self.drops.items()},
+        row.update(dropped=sum(self.drops.values()), **{f"dropped_{s}": self.drops.get(s, 0) for s in FRESH_STEPS},
                    late_ignored=late_ignored)
 
 
 def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker: dict[int, list[int]],
         delivery, run_id: str) -> bool:
     """The server half of one masked round; returns whether it was applied (False: aborted below t, and
-    the model is unchanged). A worker that dies drops its clients."""
+    the model is unchanged). A worker that dies drops its clients. Under `fresh` the round has two masked
+    exchanges (sketch, then values), each its own protocol instance; their keys travel together."""
     plan = server.plan
-    layout = MaskedLayout(plan, plan.k, server.sketch_cells(r))
-    # The session binds the experiment (its config hash), round, cohort, the round's protocol settings and a
-    # nonce of this run: a message replayed from another run, round or configuration is refused.
-    nonce = hashlib.sha256(f"{run_id}:{r}".encode()).digest()[:16]
-    key_root = hashlib.sha256(f"fedsqueeze-keys:{chash}:{r}".encode()).digest()
-    session = secagg.session_id(chash, r, cohort, protocol=plan.secagg, length=layout.length,
-                                threshold=plan.threshold, degree=plan.neighbours, nonce=nonce)
-    agg = MaskedAggregator(plan, session, cohort, layout)
+    fresh = server.policy is not None and server.policy.fresh
+    if fresh:
+        sketch = server.policy.sketch(r)
+        layouts = {"sketch": MaskedLayout(plan, 0, sketch.rows * sketch.cols, plan.sketch_bits),
+                   "values": MaskedLayout(plan, plan.k, 0)}
+    elif plan.linear is not None:
+        layouts = {"": MaskedLayout(plan, 0, server.sketch_cells(r), plan.linear_bits, plan.linear_clip)}
+    else:
+        layouts = {"": MaskedLayout(plan, plan.k, server.sketch_cells(r))}
+    aggs = [_aggregator(plan, chash, r, cohort, run_id, name, layout) for name, layout in layouts.items()]
+    sessions = [a.session for a in aggs]
+    key_roots = [hashlib.sha256(f"fedsqueeze-keys:{chash}:{r}{':' + n if n else ''}".encode()).digest()
+                 for n in layouts]
     steps = _Steps(pool, tally, cohort, by_worker, plan.dropout,
-                   np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17])))
+                   np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17])),
+                   FRESH_STEPS if fresh else STEPS)
     try:
-        for cid, msg in steps.run(advertise, "advertise",
-                                  lambda w, cs: (r, session, cohort, cs, agg.length, server.aborted_rounds,
-                                                 key_root)):
-            tally.up_protocol += len(msg)
-            steps.take(agg.add_keys, cid, msg)
-        roster = agg.roster()
-        tally.down += len(roster) * len(steps.alive)
-        for cid, msg in steps.run(share_keys, "share_keys", lambda w, cs: (roster, cs) if cs else None):
-            tally.up_protocol += len(msg)
-            steps.take(agg.add_shares, cid, msg)
-        bundles = agg.bundles()
-        tally.down += sum(len(b) for b in bundles.values())
-        steps.alive &= set(bundles)
+        for cid, msgs in steps.run(advertise, "advertise",
+                                   lambda w, cs: (r, sessions, cohort, cs, [a.length for a in aggs],
+                                                  server.aborted_rounds, key_roots)):
+            tally.up_protocol += steps.take_each([a.add_keys for a in aggs], cid, msgs)
+        rosters = tuple(a.roster() for a in aggs)
+        tally.down += sum(map(len, rosters)) * len(steps.alive)
+        for cid, msgs in steps.run(share_keys, "share_keys", lambda w, cs: (rosters, cs) if cs else None):
+            tally.up_protocol += steps.take_each([a.add_shares for a in aggs], cid, msgs)
+        bundles = [a.bundles() for a in aggs]
+        tally.down += sum(len(b) for each in bundles for b in each.values())
+        for each in bundles:
+            steps.alive &= set(each)
 
-        def masked_args(w, cs):  # (broadcast, round, bundles, clients, catch-up)
+        def first_args(w, cs):  # (broadcast, round, bundles, clients, catch-up)
             if not cs:
                 return None
             ref, catchup = delivery.to(w)
-            return ref, r, {c: bundles[c] for c in cs}, cs, catchup
+            return ref, r, {c: bundles[0][c] for c in cs}, cs, catchup
 
-        for cid, msg in steps.run(masked_input, "masked_input", masked_args, 4.0 * agg.length + 256):
+        first = aggs[0]
+        for cid, msg in steps.run(masked_sketch if fresh else masked_input, "masked_sketch" if fresh else
+                                  "masked_input", first_args, wire.masked_bytes(first.length, first.layout.bits) + 256):
             tally.up_payload += len(msg)
-            steps.take(agg.add, cid, msg)
-        request, survivors = agg.unmask_request()
-        tally.up_sketch = 4 * layout.cells * len(survivors)
-        tally.down += len(request) * len(survivors)
-        steps.alive &= set(survivors)
-        for cid, msg in steps.run(unmask, "unmask", lambda w, cs: (request, cs) if cs else None):
-            tally.up_protocol += len(msg)
-            steps.take(agg.add_unmask, cid, msg)
-        values, weight, cells = tally.timed("t_unmask", agg.result)
+            tally.up_sketch += len(msg) if fresh else 0
+            steps.take(first.add, cid, msg)
+        survivors = _unmask(steps, tally, first, 0, "unmask_sketch" if fresh else "unmask")
+        values, weight, cells = tally.timed("t_unmask", first.result)
+        if fresh:
+            server.positions = tally.timed("t_unmask", server.policy.choose, r, cells)
+            second = aggs[1]
+            index_set = wire.encode_round_index(second.session, server.positions, plan.length)
+            tally.down += len(index_set) * len(steps.alive)
+            for cid, msg in steps.run(masked_values, "masked_input",
+                                      lambda w, cs: (index_set, second.session, r, {c: bundles[1][c] for c in cs},
+                                                     cs) if cs else None,
+                                      wire.masked_bytes(second.length, second.layout.bits) + 256):
+                tally.up_payload += len(msg)
+                steps.take(second.add, cid, msg)
+            _unmask(steps, tally, second, 1, "unmask")
+            values, weight, cells = tally.timed("t_unmask", second.result)
+        else:  # the table's share of the masked payload
+            tally.up_sketch = wire.masked_bytes(first.layout.cells, first.layout.bits) * len(survivors)
     except secagg.RoundAborted as err:  # below t: nothing revealed, nothing applied; the run goes on
         tally.row["aborted"] = True
         tqdm.write(f"round {r}: aborted: {err}")
@@ -276,5 +425,27 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
         server.apply_masked(r, values, weight, cells)
         tally.stats["t_decode"] += time.perf_counter() - t0
         applied = True
-    steps.finish(tally.row, agg.state.late_ignored)
+    steps.finish(tally.row, sum(a.state.late_ignored for a in aggs))
     return applied
+
+
+def _aggregator(plan, chash: str, r: int, cohort: list[int], run_id: str, name: str,
+                layout: MaskedLayout) -> MaskedAggregator:
+    """One masked exchange's server. Its session binds the experiment (config hash), round, cohort, exchange,
+    protocol settings, field width and a nonce of this run: a message replayed from another run, round,
+    exchange or configuration is refused."""
+    nonce = hashlib.sha256(f"{run_id}:{r}{':' + name if name else ''}".encode()).digest()[:16]
+    session = secagg.session_id(chash, r, cohort, protocol=plan.secagg, length=layout.length,
+                                threshold=plan.threshold, degree=plan.neighbours, nonce=nonce, bits=layout.bits)
+    return MaskedAggregator(plan, session, cohort, layout)
+
+
+def _unmask(steps, tally: Tally, agg: MaskedAggregator, exchange: int, name: str) -> tuple[int, ...]:
+    """An exchange's unmask step: the request to its survivors, their shares back; returns the survivors."""
+    request, survivors = agg.unmask_request()
+    tally.down += len(request) * len(survivors)
+    steps.alive &= set(survivors)
+    for cid, msg in steps.run(unmask, name, lambda w, cs: (request, cs, exchange) if cs else None):
+        tally.up_protocol += len(msg)
+        steps.take(agg.add_unmask, cid, msg)
+    return survivors

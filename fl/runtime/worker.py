@@ -64,13 +64,13 @@ class Worker:
         self.synced_round = -1
         self.index_set: np.ndarray | None = None
         self.residuals: dict[int, np.ndarray] = {}
-        self.pending: dict[int, secagg.Client] = {}
+        self.pending: list[dict[int, secagg.Client]] = []  # per masked exchange of the round
+        self.held: dict[int, tuple[np.ndarray, float]] = {}  # `fresh`: updates between its two exchanges
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
         self.staged_round = -1
         self.feedback = compression.ErrorFeedback(p.client_codec)
         self.policy = p.index_policy()  # public: a worker needs only its sketch hashes
-        hashes = p.linear.hashes(p.length) if p.linear is not None else None
-        self.linear_cells = hashes.rows * hashes.cols if hashes is not None else 0
+        self.linear_cells = p.linear.table_size(p.length) if p.linear is not None else 0
         if _in_ray_worker():
             # What exists now (torch, the model, the data) lives as long as this process: keep it out
             # of every later collection, including the one at exit.

@@ -222,3 +222,40 @@ def test_k_outside_one_to_length_is_refused(k):
     for name in ("sketch", "randk", "prev_topk"):
         with pytest.raises(ValueError, match=r"k must be in \[1, 100\]"):
             IndexPolicy(name, 100, k, ROOT)
+
+
+def test_block_energies_are_per_block_sums_of_squares_and_the_heaviest_blocks_are_taken_whole():
+    from compression.blocks import BlockEnergy
+
+    rng = np.random.default_rng(0)
+    v = rng.normal(size=1000).astype(np.float32)
+    blocks = BlockEnergy(1000, 64)  # 16 blocks, the last of 40 entries
+    table = blocks.sketch(v)
+    assert table.shape == (1, 16)
+    np.testing.assert_allclose(table[0, :15], (v[:960].astype(np.float64) ** 2).reshape(15, 64).sum(1), rtol=1e-6)
+    np.testing.assert_allclose(table[0, 15], (v[960:].astype(np.float64) ** 2).sum(), rtol=1e-6)
+    energies = np.arange(16, dtype=np.float32)  # block 15 (40 entries) heaviest, then 14, 13, ...
+    for k in (1, 40, 41, 100, 1000):
+        pos = blocks.heavy_hitters(energies.reshape(1, 16), k)
+        assert len(pos) == k and np.all(np.diff(pos) > 0)
+        expected = np.concatenate([np.arange(960, 1000), *(np.arange(b * 64, (b + 1) * 64) for b in range(14, -1, -1))])
+        np.testing.assert_array_equal(pos, np.sort(expected[:k]))
+    with pytest.raises(ValueError, match="expected 16 block energies"):
+        blocks.heavy_hitters(np.zeros(15), 10)
+    with pytest.raises(ValueError, match="NaN or Inf"):
+        blocks.heavy_hitters(np.full(16, np.nan), 10)
+
+
+def test_fresh_chooses_mid_round_so_the_broadcast_carries_no_index_set():
+    policy = IndexPolicy("fresh", 10_000, 100, ROOT, summary="blocks", block=32)
+    assert policy.fresh and policy.name == "fresh(blocks of 32)" and policy.shape == (1, 313)
+    assert policy.positions(3) == (None, 0)
+    table = np.zeros((1, 313), np.float32)
+    table[0, 7], table[0, 100] = 5.0, 9.0
+    np.testing.assert_array_equal(policy.choose(3, table),
+                                  np.sort(np.concatenate([np.arange(3200, 3232), np.arange(224, 256),
+                                                          np.arange(0, 32), np.arange(32, 36)])))
+    sketched = IndexPolicy("fresh", 10_000, 100, ROOT, sketch_rows=3, sketch_cols_per_k=2.0, summary="sketch")
+    assert sketched.fresh and sketched.name == "fresh" and sketched.shape == (3, 200)
+    with pytest.raises(ValueError, match="unknown fresh summary"):
+        IndexPolicy("fresh", 10_000, 100, ROOT, summary="bloom")

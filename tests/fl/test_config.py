@@ -10,7 +10,7 @@ def test_default_config_is_the_older_frameworks_reference_setting():
     cfg = validate(fl.compose())
     assert cfg.secagg.name == "dh" and cfg.compression.name == "topk"
     assert cfg.compression.ratio == 0.5 and cfg.compression.client and cfg.compression.server
-    assert cfg.compression.error_feedback and cfg.compression.index_policy == "sketch"
+    assert cfg.compression.error_feedback and cfg.compression.index_policy == "fresh"
     assert cfg.dataset.name == "digits" and cfg.model.name == "mlp_large" and cfg.backend == "ray"
     assert cfg.ray.address is None
 
@@ -77,3 +77,23 @@ def test_fixed_point_overflow_is_checked_at_config_time():
     cfg = fl.compose(["fl.num_clients=100000000", "fl.clients_per_round=100000000"])
     with pytest.raises(ConfigError, match="secagg"):
         validate(cfg)
+
+
+@pytest.mark.parametrize("n,quant,smallest", [(10, 16, 20), (2, 16, 17), (100, 16, 23), (10, 8, 12), (1000, 20, 30)])
+def test_a_field_that_could_wrap_for_the_cohort_is_refused_naming_the_smallest_safe_width(n, quant, smallest):
+    """secagg.bits below the smallest safe width for clients_per_round values of quant_bits is refused with that
+    width named; the smallest safe width itself is accepted and is the default (null)."""
+    base = [f"fl.num_clients={n}", f"fl.clients_per_round={n}", f"secagg.quant_bits={quant}"]
+    with pytest.raises(ConfigError, match=f"at least {smallest} bits"):
+        validate(fl.compose([*base, f"secagg.bits={smallest - 1}"]))
+    assert validate(fl.compose([*base, f"secagg.bits={smallest}"])).secagg.bits is None  # one spelling: auto
+    from fl.plan import Plan
+    assert Plan.build(validate(fl.compose(base)), [100]).field_bits == smallest
+    assert validate(fl.compose([*base, "secagg.bits=32"])).secagg.bits == 32
+
+
+def test_quant_bits_whose_sum_needs_more_than_32_bits_are_refused():
+    with pytest.raises(ConfigError, match="over 32; lower secagg.quant_bits"):
+        validate(fl.compose(["fl.num_clients=1000", "fl.clients_per_round=1000", "secagg.quant_bits=24"]))
+    with pytest.raises(ConfigError, match="quant_bits"):
+        validate(fl.compose(["secagg.quant_bits=1"]))

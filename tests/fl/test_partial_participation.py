@@ -64,7 +64,7 @@ def test_a_compressed_broadcast_adds_one_catch_up_for_each_client_that_missed_on
     assert rows["catchups"].iloc[1:].sum() > 0
 
 
-@pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "secagg.dropout=0.2")])
+@pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "secagg.dropout=0.12")])
 def test_results_do_not_depend_on_the_number_of_workers_with_partial_participation(tmp_path, secagg):
     """With a compressed broadcast a worker idle in a round must still catch up on the model it missed."""
     settings = ("compression=topk", "compression.ratio=0.1", "fl.num_clients=20", "fl.clients_per_round=10",
@@ -74,7 +74,7 @@ def test_results_do_not_depend_on_the_number_of_workers_with_partial_participati
     for other in runs[1:]:
         for column in ("accuracy", "loss", "bytes_up", "bytes_down", "catchups", "dropped", "aborted"):
             np.testing.assert_array_equal(runs[0][column], other[column])
-    if "secagg.dropout=0.2" in secagg:  # rounds below t abort: their staged residuals are dropped on every worker
+    if "secagg.dropout=0.12" in secagg:  # rounds below t abort: their staged residuals are dropped on every worker
         assert runs[0]["dropped"].sum() > 0 and runs[0]["aborted"].any() and not runs[0]["aborted"].all()
     else:
         assert runs[0]["accuracy"].iloc[-1] >= 0.75  # 0.800 (8 rounds, 20 Dirichlet clients, 10 a round)

@@ -15,7 +15,7 @@ def _plan(*overrides):
 def test_masked_top_k_plans_a_shared_index_set_of_ceil_ratio_n():
     plan = _plan("secagg=dh", "compression.ratio=0.01")
     assert plan.masked and plan.linear is None and plan.k == 49 and plan.length == 4810
-    assert plan.error_feedback and plan.index_policy_name == "sketch"
+    assert plan.error_feedback and plan.index_policy_name == "fresh(blocks of 64)"
     assert plan.index_policy() is not plan.index_policy()  # the server's and each worker's are their own
 
 
@@ -43,7 +43,10 @@ def test_a_linear_codec_under_masking_masks_its_table_and_no_values():
 
 def test_the_field_is_sized_for_the_cohort_and_refuses_a_larger_one():
     plan = _plan("secagg=dh", "fl.num_clients=10", "fl.clients_per_round=4")
-    assert plan.max_clients == 4 and plan.quantizers()[0].bound == (2**31 - 1) // 4
+    # 4 clients of 16-bit values: |sum| <= 4 * (2^15 - 1) < 2^17, so an 18-bit field cannot wrap
+    assert plan.max_clients == 4 and (plan.quant_bits, plan.field_bits) == (16, 18)
+    assert _plan("secagg=dh", "fl.clients_per_round=10", "secagg.quant_bits=8").field_bits == 12
+    assert _plan("secagg=dh", "fl.clients_per_round=4", "secagg.bits=32").field_bits == 32
     plan.round_config(bytes(32), range(4), 10)
     with pytest.raises(ValueError, match="exceeds the 4"):
         plan.round_config(bytes(32), range(5), 10)

@@ -107,6 +107,48 @@ def test_masked_vector_of_the_wrong_length_is_refused():
         wire.decode_masked(message, 51)
 
 
+@pytest.mark.parametrize("bits", [2, 7, 8, 12, 20, 31, 32])
+def test_a_masked_vector_travels_at_b_bits_per_element_and_decodes_to_its_residues_mod_2_to_the_b(bits):
+    """len() of a MaskedInput is its frame plus exactly ceil(length * b / 8) bytes of elements; the decoded
+    vector is the sent one mod 2^b; another width, set padding bits or a cut vector are refused by name."""
+    length = 1001
+    vec = np.random.default_rng(bits).integers(0, 2**32, length, dtype=np.uint64).astype(np.uint32)
+    message = wire.encode_masked(secagg.MaskedInput(b"s" * 32, 4, vec), bits)
+    parsed = wire.pb.MaskedInput()
+    parsed.ParseFromString(message)
+    assert len(parsed.masked) == -(-length * bits // 8) and parsed.bits == bits
+    assert len(message) <= wire._FRAME_BYTES + len(parsed.masked)
+    assert wire.masked_bytes(length, bits) == -(-length * bits // 8)
+    low = vec & np.uint32((1 << bits) - 1) if bits < 32 else vec
+    np.testing.assert_array_equal(wire.decode_masked(message, length, bits).masked, low)
+    for other in (bits - 1, bits + 1) if bits < 32 else (31,):  # a narrower width's limit refuses it first
+        with pytest.raises(wire.WireError, match=f"field of {bits} bits, expected {other}|over the .*-byte limit"):
+            wire.decode_masked(message, length, other)
+    if (length * bits) % 8:  # set a padding bit of the last byte and reseal
+        msg = wire.pb.MaskedInput()
+        msg.ParseFromString(message[:-5])
+        msg.masked = msg.masked[:-1] + bytes([msg.masked[-1] | 0x80])
+        with pytest.raises(wire.WireError, match="padding bits"):
+            wire.decode_masked(wire._seal(msg), length, bits)
+    msg = wire.pb.MaskedInput()
+    msg.ParseFromString(message[:-5])
+    msg.masked = msg.masked[:-1]
+    with pytest.raises(wire.WireError, match=f"expected {wire.masked_bytes(length, bits)}"):
+        wire.decode_masked(wire._seal(msg), length, bits)
+
+
+def test_a_round_index_set_is_refused_for_another_exchange_or_count():
+    positions = np.sort(np.random.default_rng(0).choice(5000, 50, replace=False))
+    message = wire.encode_round_index(b"a" * 32, positions, 5000)
+    np.testing.assert_array_equal(wire.decode_round_index(message, b"a" * 32, 5000, 50), positions)
+    with pytest.raises(wire.WireError, match="session does not match"):
+        wire.decode_round_index(message, b"b" * 32, 5000, 50)
+    with pytest.raises(wire.WireError, match="50 of 5000 positions, expected 49 of 5000"):
+        wire.decode_round_index(message, b"a" * 32, 5000, 49)
+    with pytest.raises(wire.WireError, match="checksum"):
+        wire.decode_round_index(message[:-1], b"a" * 32, 5000, 50)
+
+
 def test_index_set_travels_as_seed_or_as_the_smaller_position_block():
     n = 10000
     dense = np.sort(np.random.default_rng(1).choice(n, 5000, replace=False))

@@ -1,9 +1,46 @@
-"""FixedPointQuantizer: real vectors into Z_{2^32} and back, without overflow and without bias."""
+"""FixedPointQuantizer: real vectors into Z_{2^b} and back, without overflow and without bias."""
 
 import numpy as np
 import pytest
 
-from secagg import FixedPointQuantizer
+from secagg import FixedPointQuantizer, smallest_safe_bits
+
+
+@pytest.mark.parametrize("quant_bits", [2, 8, 16, 24])
+@pytest.mark.parametrize("clients", [1, 2, 3, 10, 100, 1000])
+def test_the_smallest_safe_field_holds_the_extreme_sum_and_one_bit_less_would_wrap(quant_bits, clients):
+    b = smallest_safe_bits(quant_bits, clients)
+    extreme = clients * (2 ** (quant_bits - 1) - 1)
+    assert extreme <= 2 ** (b - 1) - 1 and (b == quant_bits or extreme > 2 ** (b - 2) - 1)
+    assert b <= quant_bits + int(np.ceil(np.log2(clients)))
+
+
+@pytest.mark.parametrize("bits,quant_bits,clients", [(20, 16, 10), (12, 8, 10), (9, 8, 2), (30, 20, 1000),
+                                                     (32, 16, 10), (18, 16, 3)])
+@pytest.mark.parametrize("sign", [1.0, -1.0, 0.0])
+def test_in_a_narrow_field_the_sum_read_mod_2_to_the_b_is_exact(bits, quant_bits, clients, sign):
+    """Clients' values (random, and all at the clip bound) summed mod 2^32, then read mod 2^b: the exact
+    signed sum of the quantized integers, whatever the representative's high bits."""
+    q = FixedPointQuantizer(clip=0.5, max_clients=clients, bits=bits, quant_bits=quant_bits)
+    assert q.bound == 2 ** (quant_bits - 1) - 1
+    rng = np.random.default_rng(bits * clients)
+    total, exact = np.zeros(64, np.uint32), np.zeros(64, np.int64)
+    for _ in range(clients):
+        x = np.full(64, sign * 0.5) if sign else rng.uniform(-0.7, 0.7, 64)
+        v = q.quantize(x, rng)
+        low = v & np.uint32((1 << bits) - 1) if bits < 32 else v  # what the wire carries
+        total += low + (rng.integers(0, 2**32, 64, dtype=np.uint64).astype(np.uint32) << np.uint32(bits)
+                        if bits < 32 else 0)  # high bits are noise: only the residue mod 2^b is defined
+        exact += v.view(np.int32)
+    np.testing.assert_array_equal(np.round(q.dequantize(total) * q.scale).astype(np.int64), exact)
+
+
+def test_a_field_too_narrow_for_the_cohort_is_refused_with_the_smallest_safe_width():
+    with pytest.raises(ValueError, match="needs at least 20 bits"):
+        FixedPointQuantizer(clip=1.0, max_clients=10, bits=19, quant_bits=16)
+    for bad in (1, 33, 20.5):
+        with pytest.raises(ValueError, match="field bits"):
+            FixedPointQuantizer(clip=1.0, max_clients=10, bits=bad)
 
 
 def test_levels_follow_max_clients_so_the_signed_sum_fits():

@@ -11,7 +11,7 @@ from fl.rounds import masked
 def _advertise(worker, round, aborted):
     cohort = [0, 2]
     session = secagg.session_id("test", round, cohort)
-    out, _ = worker.run(masked.advertise, round, session, cohort, cohort, 10, aborted, bytes(32))
+    out, _ = worker.run(masked.advertise, round, [session], cohort, cohort, [10], aborted, [bytes(32)])
     return out
 
 
@@ -31,4 +31,4 @@ def test_an_aborted_rounds_staged_residuals_are_dropped_and_an_applied_rounds_ar
     _advertise(worker, 6, aborted=[1, 3])  # round 5 was applied
     for cid in (0, 2):
         np.testing.assert_array_equal(worker.residuals[cid], staged)
-    assert worker.staged == {} and set(worker.pending) == {0, 2}
+    assert worker.staged == {} and [set(p) for p in worker.pending] == [{0, 2}]

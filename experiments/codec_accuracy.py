@@ -1,4 +1,5 @@
-"""Accuracy and bytes of every registered codec at one ratio, against dense; count sketch also under masking.
+"""Accuracy and bytes of every registered codec at one ratio, against dense; the linear codecs (count sketch,
+rotation) and top-k also under masking.
 
     python -m experiments.codec_accuracy            # writes results/codec_accuracy.{csv,md}
 
@@ -24,7 +25,8 @@ def settings(ratio):
     yield "topk without error feedback", ["secagg=none", "compression=topk", f"compression.ratio={ratio}",
                                           "compression.error_feedback=false"]
     yield "countsketch under dh masking", ["secagg=dh", "compression=countsketch", f"compression.ratio={ratio}"]
-    yield "topk under dh masking (sketch index set)", ["secagg=dh", "compression=topk", f"compression.ratio={ratio}"]
+    yield "rotation under dh masking", ["secagg=dh", "compression=rotation"]
+    yield "topk under dh masking (fresh index set)", ["secagg=dh", "compression=topk", f"compression.ratio={ratio}"]
 
 
 def main(argv=None):

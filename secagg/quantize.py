@@ -84,17 +84,21 @@ class FixedPointQuantizer:
         q = np.clip(q, -self.bound, self.bound).astype(np.int32)
         return q.view(np.uint32)
 
-    def dequantize(self, x: np.ndarray) -> np.ndarray:
-        """Lift field elements (a single vector or a sum of up to max_clients, any representative mod 2^bits)
-        to signed integers in [-(2^(bits-1) - 1), 2^(bits-1) - 1] and unscale."""
+    def lift(self, x: np.ndarray) -> np.ndarray:
+        """Field elements (a single vector or a sum of up to max_clients, any representative mod 2^bits) as the
+        signed integers in [-(2^(bits-1) - 1), 2^(bits-1) - 1] they stand for (int64, exact)."""
         x = np.asarray(x)
         if x.dtype != np.uint32:
             raise ValueError(f"dequantize expects uint32 field elements, got {x.dtype}")
         if self._low is None:
-            return x.view(np.int32).astype(np.float64) / self.scale
+            return x.view(np.int32).astype(np.int64)
         low = (x & self._low).astype(np.int64)
         low[low >= 1 << (self.bits - 1)] -= 1 << self.bits
-        return low.astype(np.float64) / self.scale
+        return low
+
+    def dequantize(self, x: np.ndarray) -> np.ndarray:
+        """The real values of field elements: lifted to signed and unscaled."""
+        return self.lift(x).astype(np.float64) / self.scale
 
     def quantize_with_error(self, x: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """Quantize and also return what the server will see for `x`, so clipping and rounding

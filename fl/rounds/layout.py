@@ -27,7 +27,7 @@ class MaskedLayout:
         self.q_values = secagg.FixedPointQuantizer(plan.clip, n, self.bits, q)
         self.q_table = secagg.FixedPointQuantizer(plan.sketch_clip if table_clip is None else table_clip, n,
                                                   self.bits, q)
-        self.q_digit = secagg.FixedPointQuantizer(1.0, n, self.bits, q)  # reads digit sums back exactly
+        self.q_digit = secagg.FixedPointQuantizer(1.0, n, self.bits, q)  # lifts digit sums
         self.weight_scale = (2**WEIGHT_BITS - 1) / plan.max_weight
 
     def weight(self, w: float, rng: np.random.Generator) -> np.ndarray:
@@ -57,7 +57,7 @@ class MaskedLayout:
         if len(total) != self.length:
             raise ValueError(f"masked sum of {len(total)} elements, the layout has {self.length}")
         k, d = self.k, self.digits
-        sums = self.q_digit.dequantize(total[k:k + d]) * self.q_digit.scale  # exact integers
+        sums = self.q_digit.lift(total[k:k + d])  # each digit's sum, exact
         weight = float(sum(int(s) << (self.digit_bits * j) for j, s in enumerate(sums))) / self.weight_scale
         values = (self.q_values.dequantize(total[:k]) / weight).astype(np.float32) if weight > 0 else None
         cells = self.q_table.dequantize(total[k + d:]).astype(np.float32) if self.cells else None

@@ -324,3 +324,20 @@ def test_fresh_learns_faster_than_the_stale_sketch_on_non_iid_digits_with_partia
     first = lambda rows: int((rows["accuracy"] >= 0.6).idxmax()) if (rows["accuracy"] >= 0.6).any() else 99  # noqa: E731
     assert first(fresh) <= 3 < 6 <= first(stale)
     assert fresh["bytes_up"].sum() < stale["bytes_up"].sum()
+
+
+@pytest.mark.parametrize("quant", [8, 12, 16])
+def test_the_weight_travels_in_digits_and_its_sum_is_exact_at_every_width(quant):
+    """The summed weight is exactly the sum of the clients' WEIGHT_BITS-rounded weights, whatever quant_bits:
+    its digits' sums are lifted as integers and recombined, never through floating point."""
+    from fl.rounds.layout import WEIGHT_BITS
+
+    layout = MaskedLayout(_plan(10, field=(f"secagg.quant_bits={quant}",)), 0, 0)
+    assert layout.digits == -(-WEIGHT_BITS // (quant - 1))
+    rng, total, whole = np.random.default_rng(quant), np.zeros(layout.length, np.uint32), 0
+    for _ in range(10):
+        digits = layout.weight(float(rng.uniform(0, 8.0)), rng)
+        whole += sum(int(d) << ((quant - 1) * j) for j, d in enumerate(digits))
+        total += digits
+    _, weight, _ = layout.unpack(total)
+    assert weight == whole / layout.weight_scale

@@ -61,7 +61,7 @@ def main(argv=None):
     dense = DENSE if p["partitions"] == [None] else f"{p['partitions'][0]}: {DENSE}"
     table = summarize(runs, dense)
     print(write(table, args.out or p["out"], "Shared index policies under masking vs. per-client top-k",
-                "python -m experiments.index_policies" + ("" if argv is None else " " + " ".join(argv)),
+                "python -m experiments.index_policies" + ("" if args.preset == "digits" else f" --preset {args.preset}"),
                 f"{p['setting']}, client and server top-k with error feedback; final accuracy, mean ± std over "
                 f"seeds {', '.join(map(str, seeds))}; bytes are run totals (mean over seeds) counted from the "
                 "serialized messages, upload against the first dense row; s / round is the median wall time of "

@@ -128,57 +128,56 @@ def masked_input(worker, broadcast: bytes, round: int, bundles: dict[int, bytes]
     worker.staged_round = round
     idx = worker.index_set
     sketch = worker.policy.sketch(round) if worker.policy is not None else None
-    layout = worker_layout(worker, round, len(idx) if plan.linear is None else 0)
+    if plan.linear is not None:
+        layout = MaskedLayout(plan, 0, worker.linear_cells, plan.linear_bits, plan.linear_clip)
+    else:
+        layout = MaskedLayout(plan, len(idx), sketch.rows * sketch.cols if sketch is not None else 0)
     for cid in clients:
         corrected, n = corrected_update(worker, cid, round, t)
-        t1 = time.perf_counter()
         rng = np.random.default_rng(client_seed(plan.training.seed, round, cid) ^ 0x5EC)
         w = min(n / worker.mean_samples, plan.max_weight)
-        try:  # the quantizer refuses NaN/Inf in what it is given: a weighted value or sketch cell may overflow
-            vector = _masked_vector(plan, layout, corrected, w, idx, sketch, rng, worker.staged, cid)
-        except ValueError:
-            t["t_encode"] += time.perf_counter() - t1
-            yield _refuse(worker, cid)
-            continue
-        t["t_encode"] += time.perf_counter() - t1
-        yield cid, _mask(worker, 0, cid, bundles[cid], vector, layout.bits, t)
+        # the quantizer refuses NaN/Inf in what it is given: a weighted value or sketch cell may overflow
+        yield _send(worker, 0, cid, bundles[cid], layout.bits, t,
+                    lambda: _masked_vector(plan, layout, corrected, w, idx, sketch, rng, worker.staged, cid))
     t.update(worker.stats())
 
 
-def worker_layout(worker, round: int, k: int) -> MaskedLayout:
-    """The layout of this round's (only, or values) exchange as the worker sees it."""
-    plan = worker.plan
-    if plan.linear is not None:
-        return MaskedLayout(plan, 0, worker.linear_cells, plan.linear_bits, plan.linear_clip)
-    sketch = None if worker.policy.fresh else worker.policy.sketch(round)
-    return MaskedLayout(plan, k, sketch.rows * sketch.cols if sketch is not None else 0)
+def _send(worker, exchange: int, cid: int, bundle: bytes, bits: int, t: dict, build):
+    """(cid, message): the vector `build()` makes (timed as encoding), masked; REFUSED if the client refuses
+    to build it (ValueError: not finite, or too large to quantize), and it leaves the round."""
+    t0 = time.perf_counter()
+    try:
+        vector = build()
+    except ValueError:
+        t["t_encode"] += time.perf_counter() - t0
+        return _refuse(worker, cid)
+    t["t_encode"] += time.perf_counter() - t0
+    return cid, _mask(worker, exchange, cid, bundle, vector, bits, t)
 
 
 def masked_sketch(worker, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
                   catchup: bytes | None, t: dict):
-    """Exchange 1 of `fresh`: train, and mask a count sketch of the weighted error-corrected update (its
-    weight too); the update is held for exchange 2, which masks its values at the positions the sum picks."""
+    """Exchange 1 of `fresh`: train, and mask the summary (block energies or count sketch) of the weighted
+    error-corrected update, and the weight; the update is held for exchange 2, which masks its values at the
+    positions the summed summary picks."""
     plan = worker.plan
     t["t_sync"] += sync(worker, broadcast, round, catchup)
     worker.staged_round = round
     sketch = worker.policy.sketch(round)
     layout = MaskedLayout(plan, 0, sketch.rows * sketch.cols, plan.sketch_bits)
+
+    def summary(cid, corrected, w, rng):
+        if not np.isfinite(corrected).all():
+            raise ValueError("update is not finite")
+        vector = layout.join(None, layout.weight(w, rng), layout.table(sketch.sketch(corrected * w), rng))
+        worker.held[cid] = (corrected, w)
+        return vector
+
     for cid in clients:
         corrected, n = corrected_update(worker, cid, round, t)
-        t1 = time.perf_counter()
         rng = np.random.default_rng(client_seed(plan.training.seed, round, cid) ^ 0x5EC5)
         w = min(n / worker.mean_samples, plan.max_weight)
-        try:
-            if not np.isfinite(corrected).all():
-                raise ValueError("update is not finite")
-            vector = layout.join(None, layout.weight(w, rng), layout.table(sketch.sketch(corrected * w), rng))
-        except ValueError:
-            t["t_encode"] += time.perf_counter() - t1
-            yield _refuse(worker, cid)
-            continue
-        worker.held[cid] = (corrected, w)
-        t["t_encode"] += time.perf_counter() - t1
-        yield cid, _mask(worker, 0, cid, bundles[cid], vector, layout.bits, t)
+        yield _send(worker, 0, cid, bundles[cid], layout.bits, t, lambda: summary(cid, corrected, w, rng))
     t.update(worker.stats())
 
 
@@ -199,17 +198,10 @@ def masked_values(worker, index_set: bytes, session: bytes, round: int, bundles:
         if cid not in worker.held:
             yield cid, None
             continue
-        t1 = time.perf_counter()
         corrected, w = worker.held.pop(cid)
         rng = np.random.default_rng(client_seed(plan.training.seed, round, cid) ^ 0x5EC)
-        try:
-            vector = _masked_vector(plan, layout, corrected, w, idx, None, rng, worker.staged, cid)
-        except ValueError:
-            t["t_encode"] += time.perf_counter() - t1
-            yield _refuse(worker, cid)
-            continue
-        t["t_encode"] += time.perf_counter() - t1
-        yield cid, _mask(worker, 1, cid, bundles[cid], vector, layout.bits, t)
+        yield _send(worker, 1, cid, bundles[cid], layout.bits, t,
+                    lambda: _masked_vector(plan, layout, corrected, w, idx, None, rng, worker.staged, cid))
 
 
 def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, idx, sketch, rng, staged: dict,

@@ -20,13 +20,14 @@ register_schema()
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> None:
+    multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
-        fl.run(cfg)
+        fl.run(cfg, keep_warm=multirun)  # a sweep's cells share one Ray and one warm pool (fl/runtime/warm.py)
     except ConfigError as err:  # refused before any work: no rows written
         print(f"fedsqueeze: configuration refused: {err}", file=sys.stderr)
         sys.exit(2)
     except Exception:
-        if HydraConfig.get().mode != RunMode.MULTIRUN:
+        if not multirun:
             raise
         # In a sweep one crashed cell must not stop the others: it is recorded (failed-*.txt beside its
         # rows, listed by experiments.report) and rerunning the same command retries it.

@@ -9,11 +9,12 @@ from fl.errors import ConfigError
 _API = ("build_config", "compose", "run_server")
 
 
-def run(cfg):
-    """Validate and run one configuration; returns its per-round rows (a pandas DataFrame)."""
+def run(cfg, keep_warm: bool = False):
+    """Validate and run one configuration; returns its per-round rows (a pandas DataFrame). `keep_warm`:
+    keep Ray, the worker pool and the dataset for the next call (a sweep) until fl.runtime.warm.close()."""
     from fl.launch import run as _run
 
-    return _run(cfg)
+    return _run(cfg, keep_warm)
 
 
 def __getattr__(name: str):

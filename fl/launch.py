@@ -11,7 +11,7 @@ import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING
 
-from fl.runtime import raystart
+from fl.runtime import raystart, warm
 from fl.config import as_dict, validate
 from fl.results import RunLog, config_hash
 
@@ -19,8 +19,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-def run(cfg) -> pd.DataFrame:
-    """Validate, run (or skip, if this configuration already finished) and return the per-round rows."""
+def run(cfg, keep_warm: bool = False) -> pd.DataFrame:
+    """Validate, run (or skip, if this configuration already finished) and return the per-round rows.
+
+    `keep_warm` (a sweep's cells, one after another in this process): Ray, the worker pool and the dataset
+    stay for the next cell (fl.runtime.warm) until `fl.runtime.warm.close()` or exit. Never inside a Ray
+    worker (a cell of fl.sweep's cluster launcher): there each cell's pool lives in the cell's reservation.
+    """
     cfg = validate(cfg)
     cfg_dict = as_dict(cfg)
     chash = config_hash(cfg_dict)
@@ -29,23 +34,34 @@ def run(cfg) -> pd.DataFrame:
         print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
         return log.read()
 
+    keep = keep_warm and not raystart.in_ray_worker()
+    if keep:
+        warm.keep()
+    else:
+        warm.discard()  # a warm pool's workers hold their cores: a run with a pool of its own frees them first
     t_start = time.perf_counter()  # Ray's start to the workers' readiness: round 0's extra cost
     with ThreadPoolExecutor(1, thread_name_prefix="fedsqueeze-load") as loader:
-        loading = loader.submit(_prepare, cfg)
+        loading = loader.submit(_prepare, cfg, cfg_dict["dataset"] if keep else None)
         try:
             if cfg.backend == "ray":
                 raystart.start(cfg.ray.address)  # the pool uses this Ray; stopped below, however the run ends
             from fl.simulation import simulate
 
-            return simulate(cfg, cfg_dict, chash, log, t_start, loading)
+            return simulate(cfg, cfg_dict, chash, log, t_start, loading, keep)
+        except BaseException:
+            if keep:
+                warm.discard()  # a cell that raised may have left its workers mid-step: never reused
+            raise
         finally:
-            if cfg.backend == "ray":
+            if cfg.backend == "ray" and not keep:
                 raystart.stop()  # only a Ray started here: never the caller's
 
 
-def _prepare(cfg):
-    """While Ray starts: import the training loop (torch), then load the dataset."""
+def _prepare(cfg, kept_dataset: dict | None):
+    """While Ray starts: import the training loop (torch), then load the dataset (or take the sweep's)."""
     import fl.simulation  # noqa: F401  (the main thread's import then finds it loaded)
     from fl.data import load_dataset
 
+    if kept_dataset is not None:
+        return warm.dataset(kept_dataset, cfg.seed, lambda: load_dataset(cfg.dataset, cfg.seed))
     return load_dataset(cfg.dataset, cfg.seed)

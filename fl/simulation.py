@@ -23,21 +23,26 @@ from fl.plan import Plan
 from fl.results import RunLog
 from fl.rounds import masked, plain
 from fl.rounds.exchange import Tally
+from fl.runtime import raystart, warm
 from fl.runtime.pool import make_pool, pool_size
 from fl.server import Server
 from fl.training import as_tensor, combine, evaluate, n_batches
 
 
-def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loading) -> pd.DataFrame:
+def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loading,
+             keep: bool = False) -> pd.DataFrame:
     """Run a validated configuration that has no finished rows (fl.launch.run checks both) and return
     its per-round rows. `t_start` is when the run began starting up (Ray's start included); `loading`
-    is the future of its dataset, loading in a thread while the pool's workers start."""
-    pool = make_pool(cfg)
+    is the future of its dataset, loading in a thread while the pool's workers start. `keep`: the pool
+    comes from, and stays in, fl.runtime.warm (a sweep's next cell re-attaches it)."""
+    pool = warm.pool(cfg, pool_size(cfg), lambda: make_pool(cfg)) if keep else make_pool(cfg)
     threads = torch.get_num_threads()
     if cfg.backend == "ray":
         # The driver gets the cores the workers leave (at least one): its evaluation's extra threads
-        # would otherwise spin on the workers' cores and hold one worker back every round.
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) - pool_size(cfg)))
+        # would otherwise spin on the workers' cores and hold one worker back every round. A cell of
+        # fl.sweep's launcher runs in a Ray task that reserved one CPU for it.
+        cores = 1 if raystart.in_ray_worker() else (os.cpu_count() or 1) - pool_size(cfg)
+        torch.set_num_threads(max(1, cores))
     try:
         data = loading.result()  # a loading error is raised here, and the pool still closes
         torch.manual_seed(cfg.seed)
@@ -50,7 +55,8 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
         return _run(cfg, cfg_dict, chash, log, pool, plan, Server(plan, get_flat(model)), evaluator, summary,
                     time.perf_counter() - t_start)
     finally:
-        pool.close()
+        if not keep:
+            pool.close()
         torch.set_num_threads(threads)
 
 

@@ -65,16 +65,22 @@ class RayPool:
         self._device = device
         self.workers = [self._actor.remote(device, i) for i in range(size)]  # start up in the background
         self.dead: set[int] = set()
-        self._data = self._plan = None
+        self._data = self._plan = self._source = None
         self._reader = ReplyReader()
+        self._probed = False  # whether the workers' reply buffers were probed (once per pool)
         self._shared: dict[int, int] = {}  # worker -> its pid, for workers whose replies come through shared memory
 
     def attach(self, data, plan) -> None:
         """Put the run's dataset in the object store once and give it and the plan to every worker (each
-        reads the same shared-memory copy; none loads the data itself). Waits until every worker is ready."""
-        self._data, self._plan = self._ray.put(data), self._ray.put(plan)
+        reads the same shared-memory copy; none loads the data itself). Waits until every worker is ready.
+        A warm pool (fl.runtime.warm) is attached again for each cell: the same dataset is not put again."""
+        if data is not self._source:
+            self._data, self._source = self._ray.put(data), data
+        self._plan = self._ray.put(plan)
         self._ray.get([w.attach.remote(self._data, self._plan) for w in self.workers])
-        self._share_replies()
+        if not self._probed:
+            self._share_replies()
+            self._probed = True
 
     def _share_replies(self) -> None:
         """Workers on this machine reply through shared memory (fl.runtime.transport); any other through Ray."""
@@ -158,6 +164,7 @@ class RayPool:
         for w in self.workers:
             self._ray.kill(w)
         self.workers = []
+        self._data = self._plan = self._source = None
         for w in list(self._shared):
             self._forget_replies(w)
 

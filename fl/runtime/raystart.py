@@ -37,6 +37,16 @@ def start(address: str | None = None) -> bool:
     return _owned
 
 
+def in_ray_worker() -> bool:
+    """Whether this process is a Ray worker (an actor, or a task such as one cell of fl.sweep's launcher)."""
+    try:
+        import ray
+
+        return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
+    except Exception:
+        return False
+
+
 def stop() -> None:
     """Shut down the Ray started by `start`, if it is still running; nothing otherwise."""
     global _owned

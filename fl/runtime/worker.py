@@ -20,6 +20,7 @@ import compression
 import secagg
 from fl.data import Dataset, partition
 from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
+from fl.runtime.raystart import in_ray_worker as _in_ray_worker
 from fl.runtime.transport import ReplyBuffer
 from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
@@ -41,7 +42,10 @@ class Worker:
         self.replies: ReplyBuffer | None = None  # shared-memory replies, when the driver can map them
 
     def attach(self, data: Dataset, plan) -> int:
-        """Take the run's dataset (never reloaded here) and plan; returns the parameter count."""
+        """Take the run's dataset (never reloaded here) and plan; returns the parameter count. Attached
+        again (a warm pool's next cell), it first drops every trace of the last cell."""
+        if self.plan is not None:
+            self._forget()
         self.plan = p = plan
         device = p.training.device
         parts = partition(data.y_train, **p.partitions)
@@ -76,6 +80,15 @@ class Worker:
             # of every later collection, including the one at exit.
             gc.freeze()
         return p.length
+
+    def _forget(self) -> None:
+        """Everything but the worker's identity and reply buffer goes: model, data, clients' state."""
+        for name in [name for name in vars(self) if name not in ("worker_id", "replies")]:
+            delattr(self, name)
+        self.plan = None
+        if _in_ray_worker():
+            gc.unfreeze()  # the last cell's objects were frozen at its attach: let them be collected
+            gc.collect()
 
     def train(self, cid: int, round: int) -> tuple[np.ndarray, int]:
         """Client `cid`'s local training from the reference weights: (local - reference, sample count)."""
@@ -135,13 +148,3 @@ class Worker:
         if self.replies is not None:
             self.replies.close()
             self.replies = None
-
-
-def _in_ray_worker() -> bool:
-    """Whether this process is a Ray worker (gc.freeze is for processes we own, never an inline caller's)."""
-    try:
-        import ray
-
-        return ray.is_initialized() and ray.get_runtime_context().worker.mode == ray.WORKER_MODE
-    except Exception:
-        return False

@@ -1,0 +1,74 @@
+"""`hydra/launcher=ray_cells`: each cell of a sweep as a Ray task with its own pool (fl/sweep.py says how).
+
+Hydra loads launchers only from the `hydra_plugins` namespace, hence this module; its config is
+conf/hydra/launcher/ray_cells.yaml. Imported by Hydra's plugin scan at every start: Ray loads only at launch.
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Optional, Sequence
+
+from hydra.core.utils import JobReturn, JobStatus, configure_log, filter_overrides, setup_globals
+from hydra.plugins.launcher import Launcher
+from omegaconf import DictConfig, open_dict
+
+from fl.runtime import raystart
+from fl.sweep import cell_bundles, run_cell
+
+log = logging.getLogger(__name__)
+
+
+class RayCellLauncher(Launcher):
+    """Runs each cell of a Hydra sweep as a Ray task (see the module's docstring)."""
+
+    def __init__(self, address: Optional[str] = None, driver_cpus: float = 1.0) -> None:
+        self.address, self.driver_cpus = address, float(driver_cpus)
+        self.config = self.hydra_context = self.task_function = None
+        self.nodes: list[str] = []  # the node each cell of the last launch ran on, in order
+
+    def setup(self, *, hydra_context, task_function, config: DictConfig) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def launch(self, job_overrides: Sequence[Sequence[str]], initial_job_idx: int) -> Sequence[JobReturn]:
+        import ray
+        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+
+        setup_globals()
+        configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
+        Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
+        raystart.start(self.address)  # a local Ray (stopped below), or this process joins the cluster
+        cell = ray.remote(max_retries=0)(run_cell)
+        try:
+            cells = []
+            for idx, overrides in enumerate(job_overrides, initial_job_idx):
+                config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+                with open_dict(config):
+                    config.hydra.job.id, config.hydra.job.num = f"ray_{idx}", idx
+                    if config.backend == "ray" and config.ray.num_workers is None:
+                        config.ray.num_workers = 1  # what cell_bundles reserves
+                bundles = cell_bundles(config, self.driver_cpus)
+                group = placement_group(bundles, strategy="STRICT_PACK")
+                strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0,
+                                                            placement_group_capture_child_tasks=True)
+                ref = cell.options(num_cpus=self.driver_cpus, scheduling_strategy=strategy).remote(
+                    self.hydra_context, self.task_function, config, os.getcwd())
+                log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} ({len(bundles)} bundles)")
+                cells.append((group, ref, config, overrides))
+            self.nodes, returns = [], []
+            for group, ref, config, overrides in cells:
+                try:
+                    node, ret = ray.get(ref)
+                except Exception as err:  # the task itself failed (its process died): the sweep goes on
+                    node, ret = "", JobReturn(overrides=list(overrides), cfg=config, status=JobStatus.FAILED,
+                                              _return_value=err)
+                finally:
+                    remove_placement_group(group)
+                self.nodes.append(node)
+                returns.append(ret)
+            return returns
+        finally:
+            raystart.stop()

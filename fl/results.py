@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import json
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -64,6 +65,7 @@ class RunLog:
         self.path = self.dir / "rounds.csv"
         self.done_path = self.dir / "done.json"
         self.run_id = run_id
+        self.started_at = time.time()  # the run's start (wall clock), written to done.json with the rounds' span
         self._file = None
 
     def finished(self) -> bool:

@@ -71,6 +71,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     tqdm.write(f"fedsqueeze: {num_clients} clients ({cfg.dataset.partition}): samples {summary['samples'].min()}-"
                f"{summary['samples'].max()}, classes per client {summary['classes'].min()}-{summary['classes'].max()}")
     rows = []
+    timeline = {"rounds_started_at": time.time()}  # wall clock (Unix seconds): start-up and exit are measured from it
     try:
         bar = tqdm(range(rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
@@ -102,12 +103,13 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                 bar.set_postfix(acc=f"{row['accuracy']:.3f}", up=f"{row['bytes_up'] / 1e6:.2f}MB",
                                 down=f"{tally.down / 1e6:.2f}MB", refresh=False)  # redrawn at most every 0.5 s
         bar.close()
+        timeline["rounds_ended_at"] = time.time()
     except BaseException as err:
         log.fail(f"{type(err).__name__}: {err}")  # a crashed cell is recorded beside its rows, never silent
         raise
     finally:
         log.close()
-    return finish(log, rows)
+    return finish(log, rows, timeline)
 
 
 def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int) -> dict:
@@ -134,10 +136,11 @@ def log_round(log: RunLog, rows: list, row: dict, tally: Tally, cohort_size: int
     rows.append(row)
 
 
-def finish(log: RunLog, rows: list) -> pd.DataFrame:
+def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFrame:
     frame = pd.DataFrame(rows)
     log.finish({"run_id": log.run_id, "rounds": len(rows), "final_accuracy": rows[-1].get("accuracy"),
-                "bytes_up": int(frame["bytes_up"].sum()), "bytes_down": int(frame["bytes_down"].sum())})
+                "bytes_up": int(frame["bytes_up"].sum()), "bytes_down": int(frame["bytes_down"].sum()),
+                "started_at": log.started_at, **(timeline or {})})
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
     return frame

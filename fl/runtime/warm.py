@@ -43,6 +43,8 @@ def pool(cfg, size: int, make):
         discard()
     if _pool is None:
         _pool, _pool_key = make(), key
+    else:
+        print(f"fedsqueeze: the sweep's warm pool of {size} workers serves this cell", flush=True)
     return _pool
 
 

@@ -36,7 +36,6 @@ class RayCellLauncher(Launcher):
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -51,15 +50,16 @@ class RayCellLauncher(Launcher):
                     if config.backend == "ray" and config.ray.num_workers is None:
                         config.ray.num_workers = 1  # what cell_bundles reserves
                 bundles = cell_bundles(config, self.driver_cpus)
+                _check_fits(bundles, idx)
                 group = placement_group(bundles, strategy="STRICT_PACK")
                 strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0,
                                                             placement_group_capture_child_tasks=True)
                 ref = cell.options(num_cpus=self.driver_cpus, scheduling_strategy=strategy).remote(
                     self.hydra_context, self.task_function, config, os.getcwd())
                 log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} ({len(bundles)} bundles)")
-                cells.append((group, ref, config, overrides))
+                cells.append((idx, group, ref, config, overrides))
             self.nodes, returns = [], []
-            for group, ref, config, overrides in cells:
+            for idx, group, ref, config, overrides in cells:
                 try:
                     node, ret = ray.get(ref)
                 except Exception as err:  # the task itself failed (its process died): the sweep goes on
@@ -67,8 +67,25 @@ class RayCellLauncher(Launcher):
                                               _return_value=err)
                 finally:
                     remove_placement_group(group)
+                log.info(f"\t#{idx} : {ret.status.name.lower()} on node {node or '(lost)'}")
                 self.nodes.append(node)
                 returns.append(ret)
             return returns
         finally:
             raystart.stop()
+
+
+def _check_fits(bundles: list[dict], idx: int) -> None:
+    """Refuse a cell that no node of the cluster could ever hold: its reservation would wait forever."""
+    import ray
+
+    need: dict[str, float] = {}
+    for bundle in bundles:
+        for resource, amount in bundle.items():
+            need[resource] = need.get(resource, 0.0) + amount
+    nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
+    if not any(all(node.get(r, 0.0) >= amount for r, amount in need.items()) for node in nodes):
+        largest = max(nodes, key=lambda node: node.get("CPU", 0.0), default={})
+        raise ValueError(f"cell #{idx} asks for {need} on one node (its driver and its ray.num_workers "
+                         f"workers); the largest node has {({r: largest.get(r, 0.0) for r in need})}: "
+                         "lower ray.num_workers or ray.num_cpus_per_worker")

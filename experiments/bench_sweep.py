@@ -1,0 +1,126 @@
+"""Sweeps: one preset swept inline, with Ray (one Ray and one warm pool for all its cells) and on a two-node
+Ray cluster (`ray.cluster_utils.Cluster`: two raylets on this machine), every cell checked against inline.
+
+    python -m experiments.bench_sweep                  # the quick preset's 20 cells; prints the table
+    python -m experiments.bench_sweep --check          # a 4-cell sweep on the cluster vs inline (the test's)
+
+Each sweep is one `python simulate.py -m ...` process, timed from its start to its exit. per_cell_overhead_s =
+(the sweep's wall between the first cell's start and the last cell's end) / cells - the cells' mean time in
+rounds: what a warm cell costs beyond its rounds. experiments.bench_sim puts these rows in results/bench_sim.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parent.parent
+# what a cell computes (timings, ids and peak memory vary between any two runs of it)
+COMPUTED = ["config_hash", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
+            "bytes_down", "catchups", "rejected", "dropped"]
+QUICK = ["+experiment=quick"]  # 20 cells of mlp_small, 5 rounds each
+CHECK = ["model=mlp_small", "fl.rounds=2", "fl.num_clients=12", "fl.clients_per_round=6", "secagg=none,dh",
+         "compression.ratio=0.1", "seed=0,1"]
+
+
+@contextlib.contextmanager
+def local_cluster(nodes: int = 2, cpus: int = 2):
+    """`nodes` raylets on this machine (the first one the head), each declaring `cpus` CPUs; yields the
+    address to join. This process does not connect to it."""
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, connect=False,
+                      head_node_args={"num_cpus": cpus, "include_dashboard": False})
+    try:
+        for _ in range(nodes - 1):
+            cluster.add_node(num_cpus=cpus)
+        cluster.wait_for_nodes()
+        yield cluster.address
+    finally:
+        cluster.shutdown()
+
+
+def sweep(overrides: list[str], results: Path) -> dict:
+    """Run `python simulate.py -m <overrides>` with rows under `results`; its wall and what it printed."""
+    t0 = time.time()
+    done = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", *overrides, f"results.dir={results}"],
+                          capture_output=True, text=True, timeout=1800, cwd=results.parent)
+    wall = time.time() - t0
+    if done.returncode != 0:
+        raise RuntimeError(f"sweep failed ({done.returncode}): {done.stderr[-2000:]}")
+    return {"wall_s": wall, "started": t0, "output": done.stdout + done.stderr}
+
+
+def cells(results: Path) -> dict[str, pd.DataFrame]:
+    return {d.name: pd.read_csv(d / "rounds.csv") for d in sorted(results.iterdir()) if (d / "done.json").exists()}
+
+
+def equal_cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> int:
+    """How many cells of `a` have the same computed rows in `b`."""
+    same = 0
+    for chash, rows in a.items():
+        other = b.get(chash)
+        if other is not None and rows[COMPUTED].reset_index(drop=True).equals(other[COMPUTED].reset_index(drop=True)):
+            same += 1
+    return same
+
+
+def per_cell_overhead(results: Path) -> float:
+    """Mean seconds a cell took beyond its rounds, from the first cell's start to the last cell's end."""
+    done = [json.loads((d / "done.json").read_text()) for d in results.iterdir() if (d / "done.json").exists()]
+    rounds = [pd.read_csv(d / "rounds.csv")["t_round"].sum() for d in results.iterdir() if (d / "done.json").exists()]
+    span = max(x["rounds_ended_at"] for x in done) - min(x["started_at"] for x in done)
+    return span / len(done) - sum(rounds) / len(done)
+
+
+def measure(overrides: list[str], modes: list[str], tmp: Path) -> list[dict]:
+    """Sweep `overrides` in each mode (inline, ray, cluster) and compare every cell with inline."""
+    out, reference = [], None
+    for mode in modes:
+        results = tmp / mode
+        results.mkdir(parents=True)
+        extra = {"inline": ["backend=inline"], "ray": ["backend=ray"]}.get(mode)
+        with (local_cluster() if mode == "cluster" else contextlib.nullcontext()) as address:
+            if mode == "cluster":
+                extra = ["backend=ray", "ray.num_workers=1", "hydra/launcher=ray_cells",
+                         f"hydra.launcher.address={address}"]
+            run = sweep([*overrides, *extra], results)
+        rows = cells(results)
+        reference = reference if reference is not None else rows
+        nodes = sorted(set(re.findall(r"on node ([0-9a-f]{8,})", run["output"])))
+        out.append({"sweep": mode, "cells": len(rows), "equal_to_inline": equal_cells(reference, rows),
+                    "wall_s": run["wall_s"], "per_cell_overhead_s": per_cell_overhead(results),
+                    "nodes": len(nodes) if mode == "cluster" else 1})
+        print(out[-1], flush=True)
+    inline = out[0]["wall_s"]
+    for row in out:
+        row["vs_inline"] = row["wall_s"] / inline
+    return out
+
+
+def main(argv=None) -> pd.DataFrame:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="the test's 4-cell sweep, inline and on the cluster")
+    ap.add_argument("--modes", default="inline,ray,cluster")
+    args = ap.parse_args(argv)
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.check:
+            rows = measure(CHECK, ["inline", "cluster"], Path(tmp))
+        else:
+            rows = measure(QUICK, args.modes.split(","), Path(tmp))
+    table = pd.DataFrame(rows)
+    print(table.to_markdown(index=False, floatfmt=".2f"))
+    print("JSON " + json.dumps(rows))
+    return table
+
+
+if __name__ == "__main__":
+    main()

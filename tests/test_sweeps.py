@@ -1,0 +1,85 @@
+"""`python simulate.py -m`: a sweep's cells share one Ray and one warm pool, give the rows each cell gives
+inline, and leave no process behind, including after Ctrl-C; the cluster launcher and submitit's launcher
+give the same rows."""
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import psutil
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+COMPUTED = ["config_hash", "round", "accuracy", "loss", "bytes_up", "bytes_down", "catchups", "dropped"]
+CELLS = ["model=mlp_small", "fl.rounds=2", "fl.num_clients=12", "fl.clients_per_round=6", "compression.ratio=0.1",
+         "secagg=none,dh", "seed=0,1"]
+
+
+def sweep(*overrides, results, timeout=600):
+    out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", *overrides, f"results.dir={results}"],
+                         capture_output=True, text=True, timeout=timeout, cwd=results.parent)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout + out.stderr
+
+
+def rows(results: Path) -> dict[str, pd.DataFrame]:
+    return {d.name: pd.read_csv(d / "rounds.csv")[COMPUTED] for d in results.iterdir() if (d / "done.json").exists()}
+
+
+@pytest.fixture(scope="module")
+def inline(tmp_path_factory):
+    results = tmp_path_factory.mktemp("inline") / "runs"
+    sweep(*CELLS, "backend=inline", results=results)
+    found = rows(results)
+    assert len(found) == 4
+    return found
+
+
+def same(found: dict, expected: dict) -> None:
+    assert sorted(found) == sorted(expected)
+    for chash in expected:
+        pd.testing.assert_frame_equal(found[chash], expected[chash])
+
+
+def test_a_ray_sweep_starts_one_pool_for_all_its_cells_and_matches_inline(tmp_path, inline):
+    output = sweep(*CELLS, "backend=ray", results=tmp_path / "runs")
+    same(rows(tmp_path / "runs"), inline)
+    assert output.count("the sweep's warm pool of 2 workers serves this cell") == 3  # cells 2-4 reused cell 1's
+
+
+def test_ctrl_c_in_a_ray_sweep_leaves_no_process_behind(tmp_path):
+    results = tmp_path / "runs"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "simulate.py"), "-m", "backend=ray", "model=mlp_small",
+                             "fl.rounds=200", "secagg=none", "compression=none", "seed=0,1", f"results.dir={results}"],
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while not list(results.glob("*/rounds.csv")) or len(pd.read_csv(next(results.glob("*/rounds.csv")))) < 3:
+        assert time.time() < deadline and proc.poll() is None, "the sweep did not reach its third round"
+        time.sleep(0.5)
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert any("ray::Worker" in " ".join(p.cmdline()) for p in tree if p.is_running())  # the pool is up
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    gone, alive = psutil.wait_procs(tree, timeout=30)
+    assert not alive, [p.cmdline()[:2] for p in alive]
+    assert list(results.glob("*/failed-*.txt"))  # the interrupted cell is recorded, its rows kept
+
+
+def test_a_sweep_on_a_two_node_ray_cluster_matches_inline():
+    """ray.cluster_utils.Cluster: two raylets on this machine; hydra/launcher=ray_cells spreads the cells."""
+    out = subprocess.run([sys.executable, "-m", "experiments.bench_sweep", "--check"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    inline, cluster = json.loads(out.stdout.split("JSON ", 1)[1])
+    assert inline["cells"] == cluster["cells"] == 4
+    assert cluster["equal_to_inline"] == 4  # every cell's rows equal the same cell run inline
+    assert cluster["nodes"] == 2  # cells ran on both nodes (each node holds one cell at a time)
+
+
+def test_submitit_local_executor_runs_the_cells_with_the_same_rows(tmp_path, inline):
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[cluster]'")
+    sweep(*CELLS, "backend=inline", "hydra/launcher=submitit_local", results=tmp_path / "runs")
+    same(rows(tmp_path / "runs"), inline)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
+import math
 import os
 import shutil
 from dataclasses import dataclass
@@ -79,16 +81,56 @@ def _opt(cfg, key: str, default):
 
 
 def load_digits(seed: int, test_fraction: float = 0.2) -> Dataset:
-    """scikit-learn's bundled 8x8 digits: stratified seeded split, standardized with train statistics."""
-    from sklearn.datasets import load_digits as sk_digits
-    from sklearn.model_selection import train_test_split
+    """scikit-learn's bundled 8x8 digits: stratified seeded split, standardized with train statistics.
 
-    x, y = sk_digits(return_X_y=True)
-    x_tr, x_te, y_tr, y_te = train_test_split(
-        x.astype(np.float32), y.astype(np.int64), test_size=test_fraction, random_state=seed, stratify=y)
+    The file is read and split here, as sklearn's load_digits and train_test_split(stratify=y) do (a test
+    checks that both give the same arrays), without importing sklearn and scipy: 130 MB of the driver's memory.
+    """
+    path = os.path.join(importlib.util.find_spec("sklearn").submodule_search_locations[0],
+                        "datasets", "data", "digits.csv.gz")
+    with gzip.open(path, mode="rt", encoding="utf-8") as f:
+        table = np.loadtxt(f, delimiter=",")
+    x, y = table[:, :-1], table[:, -1].astype(int)
+    train, test = stratified_split(y, test_fraction, seed)
+    x, y = x.astype(np.float32), y.astype(np.int64)
+    x_tr, x_te, y_tr, y_te = x[train], x[test], y[train], y[test]
     mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
     std[std == 0] = 1.0  # constant border pixels
     return Dataset((x_tr - mean) / std, y_tr, (x_te - mean) / std, y_te, 10)
+
+
+def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """(train, test) indices, as sklearn's StratifiedShuffleSplit(test_size, random_state=seed) draws them."""
+    rng = np.random.RandomState(seed)
+    n_test = math.ceil(test_fraction * len(y))
+    n_train = len(y) - n_test
+    _, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
+    by_class = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])
+    n_i = _approximate_mode(counts, n_train, rng)
+    t_i = _approximate_mode(counts - n_i, n_test, rng)
+    train, test = [], []
+    for i, members in enumerate(by_class):
+        shuffled = members.take(rng.permutation(counts[i]), mode="clip")
+        train.extend(shuffled[:n_i[i]])
+        test.extend(shuffled[n_i[i]:n_i[i] + t_i[i]])
+    return rng.permutation(train), rng.permutation(test)
+
+
+def _approximate_mode(counts: np.ndarray, draws: int, rng: np.random.RandomState) -> np.ndarray:
+    """Per-class draws closest to proportional; leftover draws go to the largest remainders, ties at random."""
+    continuous = counts / counts.sum() * draws
+    floored = np.floor(continuous)
+    need = int(draws - floored.sum())
+    if need > 0:
+        remainder = continuous - floored
+        for value in np.sort(np.unique(remainder))[::-1]:
+            (tied,) = np.where(remainder == value)
+            now = min(len(tied), need)
+            floored[rng.choice(tied, size=now, replace=False)] += 1
+            need -= now
+            if need == 0:
+                break
+    return floored.astype(int)
 
 
 def expected_files(name: str, root: str) -> list[str]:

@@ -17,9 +17,8 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def describe(device: str, backend: str, workers: int) -> dict:
-    import torch
-
-    return {"env_cpu": cpu_model(), "env_cores": os.cpu_count(), "env_torch": torch.__version__,
+def describe(device: str, backend: str, workers: int, torch_version: str) -> dict:
+    """`torch_version`: the workers' (the driver of a Ray run does not import torch)."""
+    return {"env_cpu": cpu_model(), "env_cores": os.cpu_count(), "env_torch": torch_version,
             "device": device, "backend": backend, "num_workers": workers,
-            "env": f"{device}, {backend} x{workers}, {os.cpu_count()} cores, torch {torch.__version__}"}
+            "env": f"{device}, {backend} x{workers}, {os.cpu_count()} cores, torch {torch_version}"}

@@ -6,27 +6,24 @@ fl.rounds.masked) owns both halves of its exchanges; the Server owns what persis
 """
 from __future__ import annotations
 
-import os
 import resource
 import time
 from collections import defaultdict
 
 import numpy as np
 import pandas as pd
-import torch
 from tqdm import tqdm
 
 from fl import environment, seeds
 from fl.data import client_partitions, partition_summary
-from fl.models import build_model, flatten_parameters, get_flat, set_flat
 from fl.plan import Plan
 from fl.results import RunLog
 from fl.rounds import masked, plain
 from fl.rounds.exchange import Tally
-from fl.runtime import raystart, warm
+from fl.runtime import warm
 from fl.runtime.pool import make_pool, pool_size
 from fl.server import Server
-from fl.training import as_tensor, combine, evaluate, n_batches
+from fl.scores import combine, n_batches
 
 
 def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loading,
@@ -36,33 +33,34 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
     is the future of its dataset, loading in a thread while the pool's workers start. `keep`: the pool
     comes from, and stays in, fl.runtime.warm (a sweep's next cell re-attaches it)."""
     pool = warm.pool(cfg, pool_size(cfg), lambda: make_pool(cfg)) if keep else make_pool(cfg)
-    threads = torch.get_num_threads()
-    if cfg.backend == "ray":
-        # The driver gets the cores the workers leave (at least one): its evaluation's extra threads
-        # would otherwise spin on the workers' cores and hold one worker back every round. A cell of
-        # fl.sweep's launcher runs in a Ray task that reserved one CPU for it.
-        cores = 1 if raystart.in_ray_worker() else (os.cpu_count() or 1) - pool_size(cfg)
-        torch.set_num_threads(max(1, cores))
     try:
         data = loading.result()  # a loading error is raised here, and the pool still closes
-        torch.manual_seed(cfg.seed)
-        model = flatten_parameters(build_model(cfg.model, data.input_shape, data.num_classes).to(cfg.device))
-        plan = Plan.build(cfg, [p.numel() for p in model.parameters()])
+        # A worker builds the initial model: with Ray workers the driver never imports torch.
+        initial = pool.initial_model(plain_model(cfg), data.input_shape, data.num_classes, int(cfg.seed),
+                                     str(cfg.device))
+        plan = Plan.build(cfg, initial["sizes"])
         pool.attach(data, plan)
-        evaluator = Evaluator(pool, pool_size(cfg), model, as_tensor(data.x_test, cfg.device),
-                              as_tensor(data.y_test, cfg.device), str(cfg.device))
+        evaluator = Evaluator(pool, pool_size(cfg), len(data.y_test))
         summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
-        return _run(cfg, cfg_dict, chash, log, pool, plan, Server(plan, get_flat(model)), evaluator, summary,
-                    time.perf_counter() - t_start)
+        return _run(cfg, cfg_dict, chash, log, pool, plan, Server(plan, np.array(initial["weights"])), evaluator, summary,
+                    time.perf_counter() - t_start, initial["torch"])
     finally:
         if not keep:
             pool.close()
-        torch.set_num_threads(threads)
 
 
-def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_setup) -> pd.DataFrame:
+def plain_model(cfg):
+    """The model section as the plan carries it (plain values: it travels to Ray workers)."""
+    from types import SimpleNamespace
+
+    from omegaconf import OmegaConf
+
+    return SimpleNamespace(**OmegaConf.to_container(cfg.model))
+
+
+def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_setup, torch_version) -> pd.DataFrame:
     size = pool_size(cfg)
-    static = static_columns(cfg, plan, log.run_id, chash, size)
+    static = static_columns(cfg, plan, log.run_id, chash, size, torch_version)
     # read every round, so as plain values: an OmegaConf lookup costs microseconds
     seed, rounds, eval_every = int(cfg.seed), int(cfg.fl.rounds), int(cfg.fl.eval_every)
     num_clients, clients_per_round = int(cfg.fl.num_clients), int(cfg.fl.clients_per_round)
@@ -112,7 +110,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     return finish(log, rows, timeline)
 
 
-def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int) -> dict:
+def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int, torch_version: str) -> dict:
     """The columns every row of the run shares."""
     return {
         "run_id": run_id, "config_hash": chash, "seed": cfg.seed, "dataset": cfg.dataset.name,
@@ -121,7 +119,7 @@ def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int) -> dict:
         "compression": cfg.compression.name, "ratio": cfg.compression.ratio,
         "client_compression": cfg.compression.client, "server_compression": plan.broadcast_codec.name != "none",
         "error_feedback": plan.error_feedback, "secagg": cfg.secagg.name,  # whether it acted, not the switch
-        **environment.describe(cfg.device, cfg.backend, size), "index_policy": plan.index_policy_name,
+        **environment.describe(cfg.device, cfg.backend, size, torch_version), "index_policy": plan.index_policy_name,
         "field_bits": plan.masked_field_bits if plan.masked else "",
     }
 
@@ -147,23 +145,22 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
 
 
 class Evaluator:
-    """Accuracy and loss on the test split. A split of one batch is evaluated on the driver; a larger one
-    by all the workers in parallel, each a range of whole batches, summed in batch order: the same
-    figures as one process evaluating it all."""
+    """Accuracy and loss on the test split, evaluated by the workers in parallel, each a range of whole
+    batches (one worker where the split is one batch), summed in batch order: the same figures as one
+    process evaluating it all. Ranges of a worker that died go to one that answered."""
 
-    def __init__(self, pool, size: int, model, x_test, y_test, device: str):
-        self.pool, self.model, self.x, self.y, self.device = pool, model, x_test, y_test, device
-        batches = n_batches(len(y_test))
+    def __init__(self, pool, size: int, n_test: int):
+        self.pool, self.n = pool, n_test
+        batches = n_batches(n_test)
         bounds = np.linspace(0, batches, min(size, batches) + 1).round().astype(int)
         self.ranges = {w: (int(a), int(b)) for w, (a, b) in enumerate(zip(bounds, bounds[1:]))}
 
     def __call__(self, weights: np.ndarray) -> tuple[float, float]:
-        if len(self.ranges) < 2:
-            set_flat(self.model, weights)
-            return evaluate(self.model, self.x, self.y, self.device)
         ref = self.pool.put(weights)
         replies = self.pool.evaluate({w: (ref, a, b) for w, (a, b) in self.ranges.items()})
-        if any(reply is None for reply in replies.values()):  # a worker died: the driver evaluates it all
-            set_flat(self.model, weights)
-            return evaluate(self.model, self.x, self.y, self.device)
-        return combine([batch for w in sorted(replies) for batch in replies[w]], len(self.y))
+        alive = [w for w, reply in replies.items() if reply is not None]
+        for w in [w for w in self.ranges if replies[w] is None]:
+            if not alive:
+                raise RuntimeError("every worker died while evaluating the model")
+            replies[w] = self.pool.evaluate({alive[0]: (ref, *self.ranges[w])})[alive[0]]
+        return combine([batch for w in sorted(replies) for batch in replies[w]], self.n)

@@ -9,6 +9,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from fl.scores import EVAL_BATCH, batch_rows, combine, n_batches
+
 
 def as_tensor(a: np.ndarray | torch.Tensor, device: str | torch.device = "cpu") -> torch.Tensor:
     """`a` on `device`: a tensor already there is returned as is (no copy)."""
@@ -26,13 +28,6 @@ def seed_torch(seed: int, device: str | torch.device = "cpu") -> None:
     torch.random.default_generator.manual_seed(int(seed))
     if torch.device(device).type == "cuda":
         torch.cuda.manual_seed(int(seed))
-
-
-# A test split of up to ONE_PASS samples is evaluated in one forward pass; a larger one in batches of EVAL_BATCH,
-# small enough for a convolution's activations to stay in cache. Workers evaluate whole batches, so any split of
-# the batches among them gives the same sums.
-ONE_PASS = 1024
-EVAL_BATCH = 256
 
 
 class SGD:
@@ -99,43 +94,23 @@ def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.
 def evaluate(model: nn.Module, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, device: str = "cpu",
              batch_size: int = EVAL_BATCH) -> tuple[float, float]:
     """(accuracy, mean cross-entropy loss) on a held-out split."""
-    n = len(y)
-    if n <= ONE_PASS:  # one pass (digits' 360 test samples): no accumulators
-        if model.training:  # the driver's model only ever evaluates: switched once, not every round
-            model.eval()
-        xb, yb = as_tensor(x, device), as_tensor(y, device)
-        out = model(xb)
-        loss = nn.functional.cross_entropy(out, yb, reduction="sum")
-        return int((out.argmax(1) == yb).sum()) / n, float(loss.double()) / n
-    return combine(evaluate_batches(model, x, y, 0, n_batches(n, batch_size), device, batch_size), n)
-
-
-def n_batches(n: int, batch_size: int = EVAL_BATCH) -> int:
-    """Evaluation batches of a split of n samples (one where it is evaluated in one pass)."""
-    return 1 if n <= ONE_PASS else -(-n // batch_size)
+    return combine(evaluate_batches(model, x, y, 0, n_batches(len(y), batch_size), device, batch_size), len(y))
 
 
 @torch.inference_mode()
 def evaluate_batches(model: nn.Module, x, y, first: int, stop: int, device: str = "cpu",
                      batch_size: int = EVAL_BATCH) -> list[tuple[int, float]]:
-    """(correct, summed loss) of evaluation batches first..stop-1: workers each take a range of batches,
-    and `combine` sums them in batch order, so the result is the same however they are split."""
+    """(correct, summed loss) of evaluation batches first..stop-1 (fl.scores cuts the split): workers each
+    take a range of batches, and `combine` sums them in batch order, so the result is the same however they
+    are split."""
     if model.training:
         model.eval()
+    size = batch_rows(len(y), batch_size)
     out = []
     for b in range(first, stop):  # batch by batch: numpy data moves one batch at a time
-        xb = as_tensor(x[b * batch_size:(b + 1) * batch_size], device)
-        yb = as_tensor(y[b * batch_size:(b + 1) * batch_size], device)
+        xb = as_tensor(x[b * size:(b + 1) * size], device)
+        yb = as_tensor(y[b * size:(b + 1) * size], device)
         logits = model(xb)
         out.append((int((logits.argmax(1) == yb).sum()),
                     float(nn.functional.cross_entropy(logits, yb, reduction="sum").double())))
     return out
-
-
-def combine(batches: list[tuple[int, float]], n: int) -> tuple[float, float]:
-    """(accuracy, mean loss) from per-batch (correct, summed loss), summed in batch order."""
-    correct, loss = 0, 0.0
-    for c, l in batches:
-        correct += c
-        loss += l
-    return correct / n, loss / n

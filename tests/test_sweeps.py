@@ -60,7 +60,7 @@ def test_ctrl_c_in_a_ray_sweep_leaves_no_process_behind(tmp_path):
         assert time.time() < deadline and proc.poll() is None, "the sweep did not reach its third round"
         time.sleep(0.5)
     tree = psutil.Process(proc.pid).children(recursive=True)
-    assert any("ray::Worker" in " ".join(p.cmdline()) for p in tree if p.is_running())  # the pool is up
+    assert any("ray::RemoteWorker" in " ".join(p.cmdline()) for p in tree if p.is_running())  # the pool is up
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     gone, alive = psutil.wait_procs(tree, timeout=30)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from fl.runtime.worker import CHUNK_BYTES
+from fl.runtime.transport import CHUNK_BYTES
 
 WORKER_DIED = object()  # in place of a message: the client's worker died before sending it
 REFUSED = b""  # a client's message when its own update was invalid (NaN/Inf, or too large to quantize)

@@ -7,8 +7,7 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from fl.runtime.transport import ReplyReader, remove_leftovers
-from fl.runtime.worker import CHUNK_BYTES, Worker
+from fl.runtime.transport import CHUNK_BYTES, ReplyReader, remove_leftovers
 
 
 def pool_size(cfg) -> int:
@@ -18,7 +17,16 @@ def pool_size(cfg) -> int:
 
 class InlinePool:
     def __init__(self, device: str, size: int):
+        import torch
+
+        from fl.runtime.worker import Worker
+
+        self._threads = torch.get_num_threads()  # a Worker sets this process to one thread: restored at close
         self.workers = [Worker(device, i) for i in range(size)]
+
+    def initial_model(self, *args) -> dict:
+        """The run's initial model (fl.runtime.worker.Worker.initial_model), built by worker 0."""
+        return self.workers[0].initial_model(*args)
 
     def attach(self, data, plan) -> None:
         """Give every worker the run's dataset (the same arrays: nothing is copied) and plan."""
@@ -44,7 +52,45 @@ class InlinePool:
         return []
 
     def close(self) -> None:
+        if self.workers:
+            import torch
+
+            torch.set_num_threads(self._threads)
         self.workers = []
+
+
+class RemoteWorker:
+    """The Ray actor: a Worker made inside the actor's process, so that the driver, which only calls it,
+    never imports torch (about 300 MB of a driver's memory)."""
+
+    def __init__(self, device: str, worker_id: int):
+        from fl.runtime.worker import Worker
+
+        self.worker = Worker(device, worker_id)
+
+    def attach(self, data, plan) -> int:
+        return self.worker.attach(data, plan)
+
+    def initial_model(self, *args) -> dict:
+        return self.worker.initial_model(*args)
+
+    def run(self, step, *args, packed: bool = False):
+        return self.worker.run(step, *args, packed=packed)
+
+    def stream(self, step, *args, chunk_bytes: int = CHUNK_BYTES):
+        yield from self.worker.stream(step, *args, chunk_bytes=chunk_bytes)
+
+    def evaluate(self, *args):
+        return self.worker.evaluate(*args)
+
+    def stats(self) -> dict:
+        return self.worker.stats()
+
+    def probe_replies(self, token: bytes):
+        return self.worker.probe_replies(token)
+
+    def close_replies(self) -> None:
+        self.worker.close_replies()
 
 
 # A broadcast up to this size is sent inside each worker's call; larger ones are put in the object
@@ -61,7 +107,7 @@ class RayPool:
         if not ray.is_initialized():  # fl.launch starts Ray (or joins a cluster); the pool only uses it
             raise RuntimeError("RayPool needs a running Ray: start it with fl.runtime.raystart.start()")
         self._ray = ray
-        self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(Worker)
+        self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(RemoteWorker)
         self._device = device
         self.workers = [self._actor.remote(device, i) for i in range(size)]  # start up in the background
         self.dead: set[int] = set()
@@ -81,6 +127,10 @@ class RayPool:
         if not self._probed:
             self._share_replies()
             self._probed = True
+
+    def initial_model(self, *args) -> dict:
+        """The run's initial model (fl.runtime.worker.Worker.initial_model), built by worker 0."""
+        return self._ray.get(self.workers[0].initial_model.remote(*args))
 
     def _share_replies(self) -> None:
         """Workers on this machine reply through shared memory (fl.runtime.transport); any other through Ray."""

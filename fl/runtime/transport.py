@@ -18,6 +18,10 @@ import mmap
 import os
 import tempfile
 
+# Streamed replies come in chunks of about this many bytes of messages (fl.rounds.exchange streams only
+# when a worker's step could exceed one chunk: for small replies a plain call is cheaper).
+CHUNK_BYTES = 4 << 20
+
 # /dev/shm is memory on Linux; elsewhere the temporary directory (page cache) still avoids the copies.
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 INITIAL_BYTES = 1 << 20

@@ -20,14 +20,16 @@ import compression
 import secagg
 from fl.data import Dataset, partition
 from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
+from fl.runtime.memory import release_gpu_libraries
 from fl.runtime.raystart import in_ray_worker as _in_ray_worker
-from fl.runtime.transport import ReplyBuffer
+from fl.runtime.transport import CHUNK_BYTES, ReplyBuffer
 from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
 
-# Streamed replies come in chunks of about this many bytes of messages (fl.rounds.exchange streams only
-# when a worker's step could exceed one chunk: for small replies a plain call is cheaper).
-CHUNK_BYTES = 4 << 20
+
+# A CUDA build's GPU libraries became resident with `import torch`: released at once (they fault back in
+# from their files on a GPU run), before the worker waits for its first call.
+release_gpu_libraries()
 
 
 class Worker:
@@ -80,6 +82,15 @@ class Worker:
             # of every later collection, including the one at exit.
             gc.freeze()
         return p.length
+
+    @staticmethod
+    def initial_model(model_cfg, input_shape, num_classes: int, seed: int, device: str) -> dict:
+        """The run's initial global model, built here so that the driver never imports torch: its
+        parameter sizes (flat-vector order), its flat weights and this torch's version."""
+        torch.manual_seed(seed)
+        model = flatten_parameters(build_model(model_cfg, input_shape, num_classes).to(device))
+        return {"sizes": [q.numel() for q in model.parameters()], "weights": get_flat(model),
+                "torch": str(torch.__version__)}  # a plain str: a TorchVersion would import torch
 
     def _forget(self) -> None:
         """Everything but the worker's identity and reply buffer goes: model, data, clients' state."""

@@ -169,3 +169,31 @@ def test_seed_torch_gives_the_stream_of_torch_manual_seed():
     seed_torch(1234)
     got = (torch.rand(7), torch.nn.functional.dropout(torch.ones(50), 0.5))
     assert all(torch.equal(a, b) for a, b in zip(expected, got))
+
+
+@pytest.mark.parametrize("seed,test_fraction", [(0, 0.2), (1, 0.2), (7, 0.2), (3, 0.35)])
+def test_digits_are_read_and_split_exactly_as_sklearn_does(seed, test_fraction):
+    """fl.data reads sklearn's digits file and splits it without importing sklearn (130 MB of the driver)."""
+    from sklearn.datasets import load_digits as sk_digits
+    from sklearn.model_selection import train_test_split
+
+    x, y = sk_digits(return_X_y=True)
+    x_tr, x_te, y_tr, y_te = train_test_split(x.astype(np.float32), y.astype(np.int64), test_size=test_fraction,
+                                              random_state=seed, stratify=y)
+    mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
+    std[std == 0] = 1.0
+    ours = load_digits(seed, test_fraction)
+    for got, expected in [(ours.x_train, (x_tr - mean) / std), (ours.x_test, (x_te - mean) / std),
+                          (ours.y_train, y_tr), (ours.y_test, y_te)]:
+        np.testing.assert_array_equal(got, expected)
+
+
+def test_a_ray_run_on_digits_leaves_torch_and_sklearn_out_of_the_driver(tmp_path):
+    import subprocess
+    import sys
+
+    code = ("import sys, fl; fl.run(fl.compose(['model=mlp_small', 'secagg=dh', 'fl.rounds=1', 'backend=ray', "
+            f"'results.dir={tmp_path}'])); print(sorted(m for m in ('torch', 'sklearn', 'scipy') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"

@@ -172,7 +172,7 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
     import fl.simulation as sim
 
     calls = {"n": 0}
-    original = sim.evaluate
+    original = sim.Evaluator.__call__
 
     def crash_on_third(*a, **kw):
         calls["n"] += 1
@@ -180,12 +180,12 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
             raise RuntimeError("killed")
         return original(*a, **kw)
 
-    monkeypatch.setattr(sim, "evaluate", crash_on_third)
+    monkeypatch.setattr(sim.Evaluator, "__call__", crash_on_third)
     with pytest.raises(RuntimeError, match="killed"):
         small(tmp_path)
     folder = next(tmp_path.iterdir())
     assert len(pd.read_csv(folder / "rounds.csv")) == 2 and not (folder / "done.json").exists()
-    monkeypatch.setattr(sim, "evaluate", original)
+    monkeypatch.setattr(sim.Evaluator, "__call__", original)
     rows = small(tmp_path)
     assert len(rows) == 3 and (folder / "done.json").exists()
     kept = list(folder.glob("rounds.incomplete-*.csv"))

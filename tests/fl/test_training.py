@@ -73,13 +73,14 @@ def test_lenet_with_valid_padding_is_the_niid_bench_cnn():
         validate(fl.compose(["model=lenet", "model.padding=full"]))
 
 
-@pytest.mark.parametrize("workers", [2, 3, 7, 30])
-def test_evaluation_split_across_workers_gives_the_figures_of_one_process(workers):
+@pytest.mark.parametrize("workers,n", [(2, 5000), (3, 5000), (7, 5000), (30, 5000), (1, 5000), (2, 360)])
+def test_evaluation_split_across_workers_gives_the_figures_of_one_process(workers, n):
+    """5000 samples: twenty evaluation batches of up to 256; 360 (digits' test split): one pass, one worker."""
     from fl.data import Dataset
 
     rng = np.random.default_rng(0)
-    x = rng.normal(size=(5000, 64)).astype(np.float32)  # twenty evaluation batches of up to 256
-    y = rng.integers(0, 10, 5000).astype(np.int64)
+    x = rng.normal(size=(n, 64)).astype(np.float32)
+    y = rng.integers(0, 10, n).astype(np.int64)
     data = Dataset(x[:100], y[:100], x, y, 10)
     cfg = validate(fl.compose(["model=mlp_small", "secagg=none", "backend=inline", "fl.num_clients=10"]))
     pool = InlinePool("cpu", workers)
@@ -88,6 +89,6 @@ def test_evaluation_split_across_workers_gives_the_figures_of_one_process(worker
     model = build_model(cfg.model, (64,), 10)
     weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
     expected = evaluate(model, x, y)
-    evaluator = Evaluator(pool, workers, build_model(cfg.model, (64,), 10), x, y, "cpu")
-    assert len(evaluator.ranges) == min(workers, 20)
+    evaluator = Evaluator(pool, workers, n)
+    assert len(evaluator.ranges) == min(workers, 20 if n > 1024 else 1)
     assert evaluator(weights) == expected  # exactly: whole batches, summed in batch order

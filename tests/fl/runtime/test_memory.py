@@ -1,0 +1,39 @@
+"""fl.runtime.memory: a CPU worker drops the resident pages of a CUDA build's GPU libraries, and torch still
+computes the same on the CPU afterwards."""
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from fl.runtime import memory
+
+
+def resident_gpu_bytes() -> int:
+    return sum(rss for _, _, rss in memory.clean_mappings())
+
+
+def test_gpu_library_pages_are_released_and_cpu_torch_still_computes_the_same():
+    x = torch.randn(64, 64, generator=torch.Generator().manual_seed(0))
+    before = (x @ x).numpy().copy()
+    conv = torch.nn.functional.conv2d(x.view(1, 1, 64, 64), torch.ones(2, 1, 5, 5)).numpy().copy()
+    # the worker module released them at import; fault some back in by reading them, then release again
+    mapped = [m for m in memory.clean_mappings(re.compile(r"/nvidia/|/libtorch_cuda"))]
+    if not mapped and not any("libtorch_cuda" in line for line in open("/proc/self/maps")):
+        pytest.skip("this torch is not a CUDA build: no GPU libraries are mapped")
+    memory.release_gpu_libraries()
+    assert resident_gpu_bytes() == 0  # nothing clean of theirs is left resident
+    np.testing.assert_array_equal((x @ x).numpy(), before)
+    np.testing.assert_array_equal(
+        torch.nn.functional.conv2d(x.view(1, 1, 64, 64), torch.ones(2, 1, 5, 5)).numpy(), conv)
+
+
+def test_only_clean_file_backed_mappings_are_candidates():
+    with open("/proc/self/smaps") as f:
+        text = f.read()
+    dirty = set()
+    for block in re.split(r"\n(?=[0-9a-f]+-[0-9a-f]+ )", text):
+        start = int(block.split("-", 1)[0], 16)
+        if re.search(r"^(Private_Dirty|Anonymous):\s+[1-9]", block, re.M):
+            dirty.add(start)
+    assert not dirty & {start for start, _, _ in memory.clean_mappings(re.compile(r"\.so"))}

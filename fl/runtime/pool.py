@@ -7,11 +7,12 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+from fl.runtime.raystart import usable_cpus
 from fl.runtime.transport import CHUNK_BYTES, ReplyReader, remove_leftovers
 
 
 def pool_size(cfg) -> int:
-    wanted = cfg.ray.num_workers or (os.cpu_count() or 1)
+    wanted = cfg.ray.num_workers or usable_cpus()
     return max(1, min(int(wanted), cfg.fl.clients_per_round))
 
 

@@ -22,6 +22,14 @@ SYSTEM_CONFIG = {
 _owned = False  # whether the Ray now running was started by `start`
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on: a SLURM job's or a container's share, not the whole machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS has no affinity masks
+        return os.cpu_count() or 1
+
+
 def start(address: str | None = None) -> bool:
     """Start Ray (no dashboard; `address` joins a running cluster) unless it is already running.
 
@@ -31,7 +39,7 @@ def start(address: str | None = None) -> bool:
     import ray
 
     if not ray.is_initialized():
-        local = {} if address else {"num_cpus": os.cpu_count(), "_system_config": SYSTEM_CONFIG}
+        local = {} if address else {"num_cpus": usable_cpus(), "_system_config": SYSTEM_CONFIG}
         ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
         _owned = True
         if not address:

@@ -37,6 +37,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments import bench_sweep
+from experiments.process_tree import CELL as CELL_50  # a single run's start-up, exit and memory
 from fl.environment import cpu_model
 
 
@@ -175,17 +177,85 @@ def main(argv=None) -> pd.DataFrame:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out.with_suffix(".csv"), index=False)
+    single, sweeps = single_run(), sweep_rows(args.quick)
+    sweeps.to_csv(out.parent / (out.name + "_sweeps.csv"), index=False)
     cpu = cpu_model()
     command = "python -m experiments.bench_sim" + (" --quick" if args.quick else "")
     md = ["# Simulation speed and memory", "", f"Regenerate: `{command}` ({time.perf_counter() - started:.0f} s here)",
           "", f"Machine: {os.cpu_count()} cores, {cpu}; Ray workers, one per core; digits. Load average "
           f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: other jobs share this machine, so "
           "expect about ±20% between runs.", "",
-          __doc__.split("\n\n", 2)[2].strip(), "", *goals(table), "",
-          table.to_markdown(index=False, floatfmt=".3f")]
+          __doc__.split("\n\n", 2)[2].strip(), "", *goals(table), *sweep_goals(single, sweeps), "",
+          table.to_markdown(index=False, floatfmt=".3f"), "", *single_run_lines(single), "",
+          *sweep_lines(sweeps, args.quick)]
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return table
+
+
+def single_run(reps: int = 3) -> dict:
+    """experiments.process_tree's cell (`python simulate.py`, 50 clients, 5 rounds), the run with the median wall."""
+    from experiments.process_tree import watch
+
+    runs = []
+    for _ in range(reps):
+        time.sleep(3)  # the previous run's Ray processes finish exiting
+        runs.append(watch(CELL_50))
+    runs.sort(key=lambda run: run["wall_s"])
+    return dict(runs[len(runs) // 2], peak_runs=[round(run["peak_tree_pss_mb"]) for run in runs])
+
+
+def sweep_rows(quick: bool) -> pd.DataFrame:
+    """The quick preset swept inline, with Ray and (not with --quick) on a two-node local cluster."""
+    with tempfile.TemporaryDirectory() as tmp:
+        modes = ["inline", "ray"] if quick else ["inline", "ray", "cluster"]
+        return pd.DataFrame(bench_sweep.measure(bench_sweep.QUICK, modes, Path(tmp)))
+
+
+def single_run_lines(single: dict) -> list[str]:
+    held = ", ".join(f"{name} {' + '.join(str(mb) for mb in mbs)}" for name, mbs in
+                     sorted(single["held_mb"].items(), key=lambda kv: -sum(kv[1])))
+    return ["## A single run: start-up, exit and memory", "",
+            f"`python simulate.py {' '.join(CELL_50)}` (experiments/process_tree.py, the median wall of 3 runs): "
+            f"{single['wall_s']:.1f} s from start to exit, of which {single['startup_s']:.1f} s before the first "
+            f"round (Python, Hydra, Ray's start, the workers' start with torch, the data), {single['rounds_s']:.2f} s "
+            f"of rounds and {single['exit_s']:.2f} s from the last round to exit: start-up and exit are "
+            f"{single['startup_exit_per_rounds']:.0f} times the rounds' time.", "",
+            f"Peak proportional set size of the process tree: {single['peak_tree_pss_mb']:.0f} MB over "
+            f"{single['processes']} processes (runs: {', '.join(str(p) for p in single['peak_runs'])} MB); "
+            f"MB held at that moment: {held}."]
+
+
+def sweep_lines(sweeps: pd.DataFrame, quick: bool) -> list[str]:
+    return ["## Sweeps", "",
+            "`python -m experiments.bench_sweep` (here inside bench_sim): `python simulate.py -m +experiment=quick` "
+            "(20 cells of mlp_small, 5 rounds) with `backend=inline`, with `backend=ray` (one Ray and one warm pool "
+            "for all cells)" + ("" if quick else ", and with `hydra/launcher=ray_cells` on a two-node "
+            "`ray.cluster_utils.Cluster` of 2 CPUs a node (cells of one driver and one worker, one per node at a "
+            "time)") + "; every cell's rows compared with inline's. "
+            + bench_sweep.__doc__.split("\n\n")[2].replace("\n", " ").strip(), "",
+            sweeps.to_markdown(index=False, floatfmt=".2f")]
+
+
+def sweep_goals(single: dict, sweeps: pd.DataFrame) -> list[str]:
+    verdict = lambda ok: "met" if ok else "**missed**"  # noqa: E731
+    by = sweeps.set_index("sweep")
+    lines = []
+    if "ray" in by.index:
+        ray = by.loc["ray"]
+        lines.append(f"| quick preset swept with `backend=ray` <= 1.3x `backend=inline` | {ray.vs_inline:.2f}x "
+                     f"({ray.wall_s:.1f} s vs {by.loc['inline'].wall_s:.1f} s; {ray.equal_to_inline} of {ray.cells} "
+                     f"cells equal) | {verdict(ray.vs_inline <= 1.3)} |")
+        lines.append(f"| per-cell overhead of a warm sweep <= 0.5 s | {ray.per_cell_overhead_s:.2f} s (first cell "
+                     f"{ray.first_cell_s:.1f} s to its first round) | {verdict(ray.per_cell_overhead_s <= 0.5)} |")
+    if "cluster" in by.index:
+        c = by.loc["cluster"]
+        lines.append(f"| 20 cells on a two-node local cluster, every cell equal to inline | {c.equal_to_inline} of "
+                     f"{c.cells} equal, on {c.nodes} nodes, {c.wall_s:.1f} s | "
+                     f"{verdict(c.cells == 20 and c.equal_to_inline == c.cells and c.nodes == 2)} |")
+    lines.append(f"| peak tree PSS of the 50-client cell < 1.2 GB | {single['peak_tree_pss_mb']:.0f} MB | "
+                 f"{verdict(single['peak_tree_pss_mb'] < 1200)} |")
+    return lines
 
 
 def goals(table: pd.DataFrame) -> list[str]:

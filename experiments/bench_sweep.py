@@ -4,9 +4,11 @@ Ray cluster (`ray.cluster_utils.Cluster`: two raylets on this machine), every ce
     python -m experiments.bench_sweep                  # the quick preset's 20 cells; prints the table
     python -m experiments.bench_sweep --check          # a 4-cell sweep on the cluster vs inline (the test's)
 
-Each sweep is one `python simulate.py -m ...` process, timed from its start to its exit. per_cell_overhead_s =
-(the sweep's wall between the first cell's start and the last cell's end) / cells - the cells' mean time in
-rounds: what a warm cell costs beyond its rounds. experiments.bench_sim puts these rows in results/bench_sim.
+Each sweep is one `python simulate.py -m ...` process, timed from its start to its exit (wall_s). first_cell_s =
+the first cell's start to its first round (Ray's and the pool's start where it has one); per_cell_overhead_s =
+the median over the later cells of a cell's wall (its start to the next cell's start) minus its rounds: what a
+warm cell costs beyond its rounds (not defined for a cluster's cells, which overlap). experiments.bench_sim puts
+these rows in results/bench_sim.
 """
 from __future__ import annotations
 
@@ -73,12 +75,18 @@ def equal_cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> int:
     return same
 
 
-def per_cell_overhead(results: Path) -> float:
-    """Mean seconds a cell took beyond its rounds, from the first cell's start to the last cell's end."""
-    done = [json.loads((d / "done.json").read_text()) for d in results.iterdir() if (d / "done.json").exists()]
-    rounds = [pd.read_csv(d / "rounds.csv")["t_round"].sum() for d in results.iterdir() if (d / "done.json").exists()]
-    span = max(x["rounds_ended_at"] for x in done) - min(x["started_at"] for x in done)
-    return span / len(done) - sum(rounds) / len(done)
+def timeline(results: Path) -> tuple[float, float]:
+    """(first_cell_s, per_cell_overhead_s) of a sweep whose cells ran one after another: the first cell's
+    start-up (its start to its first round), and the median over the later cells of each cell's wall (its
+    start to the next cell's start) minus its rounds. Cells that overlap (a cluster's) give (nan, nan)."""
+    done = sorted(((json.loads((d / "done.json").read_text()), pd.read_csv(d / "rounds.csv")["t_round"].sum())
+                   for d in results.iterdir() if (d / "done.json").exists()), key=lambda x: x[0]["started_at"])
+    starts = [x["started_at"] for x, _ in done]
+    first = done[0][0]["rounds_started_at"] - starts[0]
+    gaps = [starts[i + 1] - starts[i] - done[i][1] for i in range(1, len(done) - 1)]
+    if any(done[i][0]["rounds_ended_at"] > starts[i + 1] for i in range(len(done) - 1)):
+        return float("nan"), float("nan")
+    return first, float(pd.Series(gaps).median()) if gaps else float("nan")
 
 
 def measure(overrides: list[str], modes: list[str], tmp: Path) -> list[dict]:
@@ -96,8 +104,9 @@ def measure(overrides: list[str], modes: list[str], tmp: Path) -> list[dict]:
         rows = cells(results)
         reference = reference if reference is not None else rows
         nodes = sorted(set(re.findall(r"on node ([0-9a-f]{8,})", run["output"])))
+        first, overhead = timeline(results)
         out.append({"sweep": mode, "cells": len(rows), "equal_to_inline": equal_cells(reference, rows),
-                    "wall_s": run["wall_s"], "per_cell_overhead_s": per_cell_overhead(results),
+                    "wall_s": run["wall_s"], "first_cell_s": first, "per_cell_overhead_s": overhead,
                     "nodes": len(nodes) if mode == "cluster" else 1})
         print(out[-1], flush=True)
     inline = out[0]["wall_s"]

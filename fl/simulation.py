@@ -42,8 +42,9 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
         pool.attach(data, plan)
         evaluator = Evaluator(pool, pool_size(cfg), len(data.y_test))
         summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
-        return _run(cfg, cfg_dict, chash, log, pool, plan, Server(plan, np.array(initial["weights"])), evaluator, summary,
-                    time.perf_counter() - t_start, initial["torch"])
+        server = Server(plan, np.array(initial["weights"]))  # a writable copy of the worker's reply
+        return _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, time.perf_counter() - t_start,
+                    initial["torch"])
     finally:
         if not keep:
             pool.close()

@@ -42,13 +42,18 @@ class RayCellLauncher(Launcher):
         raystart.start(self.address)  # a local Ray (stopped below), or this process joins the cluster
         cell = ray.remote(max_retries=0)(run_cell)
         try:
-            cells = []
+            cells, first_of = {}, {}
             for idx, overrides in enumerate(job_overrides, initial_job_idx):
                 config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
                 with open_dict(config):
                     config.hydra.job.id, config.hydra.job.num = f"ray_{idx}", idx
                     if config.backend == "ray" and config.ray.num_workers is None:
                         config.ray.num_workers = 1  # what cell_bundles reserves
+                same = first_of.setdefault(_computes(config), idx)
+                if same != idx:  # the same rows as an earlier cell: run once (two at once would share a folder)
+                    log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} (the same configuration as #{same})")
+                    cells[idx] = (None, None, config, overrides)
+                    continue
                 bundles = cell_bundles(config, self.driver_cpus)
                 _check_fits(bundles, idx)
                 group = placement_group(bundles, strategy="STRICT_PACK")
@@ -57,17 +62,28 @@ class RayCellLauncher(Launcher):
                 ref = cell.options(num_cpus=self.driver_cpus, scheduling_strategy=strategy).remote(
                     self.hydra_context, self.task_function, config, os.getcwd())
                 log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} ({len(bundles)} bundles)")
-                cells.append((idx, group, ref, config, overrides))
-            self.nodes, returns = [], []
-            for idx, group, ref, config, overrides in cells:
+                cells[idx] = (group, ref, config, overrides)
+            done: dict[int, tuple[str, JobReturn]] = {}
+            waiting = {ref: idx for idx, (_, ref, _, _) in cells.items() if ref is not None}
+            while waiting:  # in the order cells finish: each frees its reservation for a waiting cell at once
+                ready, _ = ray.wait(list(waiting), num_returns=1)
+                idx = waiting.pop(ready[0])
+                group, ref, config, overrides = cells[idx]
                 try:
-                    node, ret = ray.get(ref)
+                    done[idx] = ray.get(ref)
                 except Exception as err:  # the task itself failed (its process died): the sweep goes on
-                    node, ret = "", JobReturn(overrides=list(overrides), cfg=config, status=JobStatus.FAILED,
+                    done[idx] = "", JobReturn(overrides=list(overrides), cfg=config, status=JobStatus.FAILED,
                                               _return_value=err)
-                finally:
-                    remove_placement_group(group)
-                log.info(f"\t#{idx} : {ret.status.name.lower()} on node {node or '(lost)'}")
+                remove_placement_group(group)
+                log.info(f"\t#{idx} : {done[idx][1].status.name.lower()} on node {done[idx][0] or '(lost)'}")
+            self.nodes, returns = [], []
+            for idx, (group, ref, config, overrides) in cells.items():
+                if ref is None:  # a repeat: the result of the cell it repeats, under its own overrides
+                    node, first = done[first_of[_computes(config)]]
+                    ret = JobReturn(overrides=list(overrides), cfg=config, status=first.status,
+                                    _return_value=first._return_value)
+                else:
+                    node, ret = done[idx]
                 self.nodes.append(node)
                 returns.append(ret)
             return returns
@@ -89,3 +105,19 @@ def _check_fits(bundles: list[dict], idx: int) -> None:
         raise ValueError(f"cell #{idx} asks for {need} on one node (its driver and its ray.num_workers "
                          f"workers); the largest node has {({r: largest.get(r, 0.0) for r in need})}: "
                          "lower ray.num_workers or ray.num_cpus_per_worker")
+
+
+def _computes(config: DictConfig) -> str:
+    """What a cell computes (its config hash; the raw config if it does not validate: it fails on its own)."""
+    import copy
+
+    from fl.config import ConfigError, as_dict, validate
+    from fl.results import config_hash
+
+    task = copy.deepcopy(config)
+    with open_dict(task):
+        del task["hydra"]  # as the cell's task function receives it
+    try:
+        return config_hash(as_dict(validate(task)))
+    except ConfigError:
+        return repr(task)

@@ -4,7 +4,7 @@ the first exchange's summary find more of the update's mass and cost more upload
     python -m experiments.block_sizes          # writes results/block_sizes_fmnist.{csv,md}
 
 The Fashion-MNIST table's setting (+experiment=fmnist_table: lenet, 100 clients / 10 a round, 1 local epoch,
-30 rounds), IID and 2-class shards, ratio 0.01, seed 0, runs in results/fmnist/block_runs.
+30 rounds), IID and 2-class shards, ratio 0.01, seeds 0-1, runs in results/fmnist/block_runs.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--partitions", nargs="+", default=["iid", "shards"])
     ap.add_argument("--ratio", type=float, default=0.01)
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0])
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/fmnist/block_runs")
     ap.add_argument("--out", default="results/block_sizes_fmnist")

@@ -68,14 +68,15 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
-    g = runs.groupby(SETTING, dropna=False, sort=True)
+    """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
+    g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
     t = g.agg(seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
               round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean"),
               reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean")).reset_index()
-    dense = t[(t["compression"] == "none") & (t["secagg"] == "none")].set_index(BASELINE)
-    key = t.set_index(BASELINE).index
+    dense = t[(t["compression"] == "none") & (t["secagg"] == "none")].set_index(BASELINE + ["rounds"])
+    key = t.set_index(BASELINE + ["rounds"]).index
     t["up_vs_dense"] = t["up_per_client"].to_numpy() / dense["up_per_client"].reindex(key).to_numpy()
     t["down_vs_dense"] = t["down_per_client"].to_numpy() / dense["down_per_client"].reindex(key).to_numpy()
     t["accuracy_change"] = t["accuracy"].to_numpy() - dense["accuracy"].reindex(key).to_numpy()
@@ -96,9 +97,11 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
               f"| rounds to {target} | upload to {target} |")
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
+    lengths = t["rounds"].nunique() > 1  # say each line's run length where they differ
     for r in t.itertuples():
+        data = f"{r.dataset} ({r.partition}{f', {r.rounds:.0f} rounds' if lengths else ''})"
         lines.append(
-            f"| {r.env} | {r.dataset} ({r.partition}) | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
+            f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
             f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {r.seeds} "
             f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_change:+.3f} "
             f"| {r.up_per_client:,.0f} | {r.up_vs_dense:.4f} | {r.down_per_client:,.0f} | {r.down_vs_dense:.4f} "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import re
+import sys
 
 MADV_DONTNEED = 4
 GPU_LIBRARIES = re.compile(r"/nvidia/|/libtorch_cuda|/libcudnn|/libnccl|/libcusparseLt|/cuda/bindings/|/triton/")
@@ -52,3 +53,20 @@ def release_gpu_libraries() -> int:
         if madvise(start, end - start, MADV_DONTNEED) == 0:
             released += rss
     return released
+
+
+class _ReleaseWhenTorchCLoads:
+    """An import hook that releases once torch's C extension (which maps the GPU libraries) has loaded, at the
+    next module torch imports: the rest of `import torch`, about a second, then runs without those pages."""
+
+    def find_spec(self, name, path=None, target=None):
+        if "torch._C" in sys.modules:
+            sys.meta_path.remove(self)
+            release_gpu_libraries()
+        return None  # never finds anything itself
+
+
+def release_during_torch_import() -> None:
+    """Call before `import torch` (with release_gpu_libraries after it, for pages the rest of the import touched)."""
+    if "torch" not in sys.modules and not any(isinstance(f, _ReleaseWhenTorchCLoads) for f in sys.meta_path):
+        sys.meta_path.insert(0, _ReleaseWhenTorchCLoads())

@@ -14,21 +14,24 @@ import warnings
 from collections import defaultdict
 
 import numpy as np
-import torch
+
+from fl.runtime.memory import release_during_torch_import, release_gpu_libraries
+
+release_during_torch_import()  # the GPU libraries' pages go as soon as torch has mapped them
+import torch  # noqa: E402
 
 import compression
 import secagg
 from fl.data import Dataset, partition
 from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
-from fl.runtime.memory import release_gpu_libraries
 from fl.runtime.raystart import in_ray_worker as _in_ray_worker
 from fl.runtime.transport import CHUNK_BYTES, ReplyBuffer
 from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
 
 
-# A CUDA build's GPU libraries became resident with `import torch`: released at once (they fault back in
-# from their files on a GPU run), before the worker waits for its first call.
+# What the rest of `import torch` made resident of a CUDA build's GPU libraries (they fault back in from their
+# files on a GPU run), before the worker waits for its first call.
 release_gpu_libraries()
 
 

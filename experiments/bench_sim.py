@@ -244,14 +244,14 @@ def sweep_goals(single: dict, sweeps: pd.DataFrame) -> list[str]:
     if "ray" in by.index:
         ray = by.loc["ray"]
         lines.append(f"| quick preset swept with `backend=ray` <= 1.3x `backend=inline` | {ray.vs_inline:.2f}x "
-                     f"({ray.wall_s:.1f} s vs {by.loc['inline'].wall_s:.1f} s; {ray.equal_to_inline} of {ray.cells} "
+                     f"({ray.wall_s:.1f} s vs {by.loc['inline'].wall_s:.1f} s; {int(ray.equal_to_inline)} of {int(ray.cells)} "
                      f"cells equal) | {verdict(ray.vs_inline <= 1.3)} |")
         lines.append(f"| per-cell overhead of a warm sweep <= 0.5 s | {ray.per_cell_overhead_s:.2f} s (first cell "
                      f"{ray.first_cell_s:.1f} s to its first round) | {verdict(ray.per_cell_overhead_s <= 0.5)} |")
     if "cluster" in by.index:
         c = by.loc["cluster"]
-        lines.append(f"| 20 cells on a two-node local cluster, every cell equal to inline | {c.equal_to_inline} of "
-                     f"{c.cells} equal, on {c.nodes} nodes, {c.wall_s:.1f} s | "
+        lines.append(f"| 20 cells on a two-node local cluster, every cell equal to inline | {int(c.equal_to_inline)} of "
+                     f"{int(c.cells)} equal, on {int(c.nodes)} nodes, {c.wall_s:.1f} s | "
                      f"{verdict(c.cells == 20 and c.equal_to_inline == c.cells and c.nodes == 2)} |")
     lines.append(f"| peak tree PSS of the 50-client cell < 1.2 GB | {single['peak_tree_pss_mb']:.0f} MB | "
                  f"{verdict(single['peak_tree_pss_mb'] < 1200)} |")

@@ -193,6 +193,10 @@ def main(argv=None) -> pd.DataFrame:
     return table
 
 
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**missed**"
+
+
 def single_run(reps: int = 3) -> dict:
     """experiments.process_tree's cell (`python simulate.py`, 50 clients, 5 rounds), the run with the median wall."""
     from experiments.process_tree import watch
@@ -238,20 +242,19 @@ def sweep_lines(sweeps: pd.DataFrame, quick: bool) -> list[str]:
 
 
 def sweep_goals(single: dict, sweeps: pd.DataFrame) -> list[str]:
-    verdict = lambda ok: "met" if ok else "**missed**"  # noqa: E731
     by = sweeps.set_index("sweep")
     lines = []
     if "ray" in by.index:
         ray = by.loc["ray"]
         lines.append(f"| quick preset swept with `backend=ray` <= 1.3x `backend=inline` | {ray.vs_inline:.2f}x "
-                     f"({ray.wall_s:.1f} s vs {by.loc['inline'].wall_s:.1f} s; {int(ray.equal_to_inline)} of {int(ray.cells)} "
-                     f"cells equal) | {verdict(ray.vs_inline <= 1.3)} |")
+                     f"({ray.wall_s:.1f} s vs {by.loc['inline'].wall_s:.1f} s; {int(ray.equal_to_inline)} of "
+                     f"{int(ray.cells)} cells equal) | {verdict(ray.vs_inline <= 1.3)} |")
         lines.append(f"| per-cell overhead of a warm sweep <= 0.5 s | {ray.per_cell_overhead_s:.2f} s (first cell "
                      f"{ray.first_cell_s:.1f} s to its first round) | {verdict(ray.per_cell_overhead_s <= 0.5)} |")
     if "cluster" in by.index:
         c = by.loc["cluster"]
-        lines.append(f"| 20 cells on a two-node local cluster, every cell equal to inline | {int(c.equal_to_inline)} of "
-                     f"{int(c.cells)} equal, on {int(c.nodes)} nodes, {c.wall_s:.1f} s | "
+        lines.append(f"| 20 cells on a two-node local cluster, every cell equal to inline | "
+                     f"{int(c.equal_to_inline)} of {int(c.cells)} equal, on {int(c.nodes)} nodes, {c.wall_s:.1f} s | "
                      f"{verdict(c.cells == 20 and c.equal_to_inline == c.cells and c.nodes == 2)} |")
     lines.append(f"| peak tree PSS of the 50-client cell < 1.2 GB | {single['peak_tree_pss_mb']:.0f} MB | "
                  f"{verdict(single['peak_tree_pss_mb'] < 1200)} |")
@@ -266,7 +269,6 @@ def goals(table: pd.DataFrame) -> list[str]:
             rows = rows[rows[key] == value]
         return rows.iloc[0] if len(rows) else None
 
-    verdict = lambda ok: "met" if ok else "**missed**"  # noqa: E731
     lines = ["## Goals", "", "| goal | measured | |", "|---|---|---|"]
     n50 = pick(clients=50, model="mlp_small", secagg="none", compression="none")
     if n50 is not None and "round_s" in n50 and pd.notna(n50.round_s):

@@ -79,7 +79,7 @@ class Plan:
                            float(c.sketch_cols_per_k), float(c.prev_topk_random), str(c.fresh_summary),
                            int(c.block_size))
         return cls(
-            length=length, layer_sizes=layer_sizes, model=SimpleNamespace(**OmegaConf.to_container(cfg.model)),
+            length=length, layer_sizes=layer_sizes, model=model_section(cfg),
             partitions=partition_args(cfg),
             training=Training(int(cfg.seed), str(cfg.device), int(f.local_epochs), int(f.batch_size), float(f.lr),
                               float(f.momentum), float(f.weight_decay)),
@@ -133,3 +133,7 @@ def _codec(c, layer_sizes: tuple[int, ...] | None = None) -> compression.Codec:
         options["layout"] = list(layer_sizes)
     return compression.get(c.name)(c.ratio, **options)
 
+
+def model_section(cfg) -> SimpleNamespace:
+    """The model section as plain values (fl.models.build_model reads it; it travels to Ray workers)."""
+    return SimpleNamespace(**OmegaConf.to_container(cfg.model))

@@ -16,7 +16,7 @@ from tqdm import tqdm
 
 from fl import environment, seeds
 from fl.data import client_partitions, partition_summary
-from fl.plan import Plan
+from fl.plan import Plan, model_section
 from fl.results import RunLog
 from fl.rounds import masked, plain
 from fl.rounds.exchange import Tally
@@ -36,7 +36,7 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
     try:
         data = loading.result()  # a loading error is raised here, and the pool still closes
         # A worker builds the initial model: with Ray workers the driver never imports torch.
-        initial = pool.initial_model(plain_model(cfg), data.input_shape, data.num_classes, int(cfg.seed),
+        initial = pool.initial_model(model_section(cfg), data.input_shape, data.num_classes, int(cfg.seed),
                                      str(cfg.device))
         plan = Plan.build(cfg, initial["sizes"])
         pool.attach(data, plan)
@@ -48,15 +48,6 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
     finally:
         if not keep:
             pool.close()
-
-
-def plain_model(cfg):
-    """The model section as the plan carries it (plain values: it travels to Ray workers)."""
-    from types import SimpleNamespace
-
-    from omegaconf import OmegaConf
-
-    return SimpleNamespace(**OmegaConf.to_container(cfg.model))
 
 
 def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_setup, torch_version) -> pd.DataFrame:

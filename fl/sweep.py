@@ -3,7 +3,7 @@
 (the launcher class is in hydra_plugins/fedsqueeze_launcher, where Hydra looks for launchers; its config is
 conf/hydra/launcher/ray_cells.yaml).
 
-hydra-ray-launcher, Hydra's own plugin, is not used: see the README's "Sweeps". Here each cell is one Ray
+hydra-ray-launcher, Hydra's own plugin, is not used: docs/sweeps.md says why. Here each cell is one Ray
 task in its own placement group: one bundle for the cell's driver and one per pool worker
 (`ray.num_workers` x `ray.num_cpus_per_worker` / `ray.num_gpus_per_worker`), reserved together on one node
 (STRICT_PACK: the cell's replies stay in that node's shared memory), so Ray's scheduler runs as many cells

@@ -1,2 +1,2 @@
 """fedsqueeze's Hydra launcher, here because Hydra loads launchers only from the `hydra_plugins` namespace.
-The code is fl/sweep.py; the config, conf/hydra/launcher/ray_cells.yaml."""
+The launcher is ray_cells.py, the cell it runs fl/sweep.py, its config conf/hydra/launcher/ray_cells.yaml."""

@@ -52,7 +52,7 @@ class RayCellLauncher(Launcher):
                 same = first_of.setdefault(_computes(config), idx)
                 if same != idx:  # the same rows as an earlier cell: run once (two at once would share a folder)
                     log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} (the same configuration as #{same})")
-                    cells[idx] = (None, None, config, overrides)
+                    cells[idx] = (None, same, config, overrides)  # the cell it repeats, in place of a task
                     continue
                 bundles = cell_bundles(config, self.driver_cpus)
                 _check_fits(bundles, idx)
@@ -64,7 +64,7 @@ class RayCellLauncher(Launcher):
                 log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} ({len(bundles)} bundles)")
                 cells[idx] = (group, ref, config, overrides)
             done: dict[int, tuple[str, JobReturn]] = {}
-            waiting = {ref: idx for idx, (_, ref, _, _) in cells.items() if ref is not None}
+            waiting = {ref: idx for idx, (group, ref, _, _) in cells.items() if group is not None}
             while waiting:  # in the order cells finish: each frees its reservation for a waiting cell at once
                 ready, _ = ray.wait(list(waiting), num_returns=1)
                 idx = waiting.pop(ready[0])
@@ -78,8 +78,8 @@ class RayCellLauncher(Launcher):
                 log.info(f"\t#{idx} : {done[idx][1].status.name.lower()} on node {done[idx][0] or '(lost)'}")
             self.nodes, returns = [], []
             for idx, (group, ref, config, overrides) in cells.items():
-                if ref is None:  # a repeat: the result of the cell it repeats, under its own overrides
-                    node, first = done[first_of[_computes(config)]]
+                if group is None:  # a repeat: the result of the cell it repeats, under its own overrides
+                    node, first = done[ref]
                     ret = JobReturn(overrides=list(overrides), cfg=config, status=first.status,
                                     _return_value=first._return_value)
                 else:

@@ -5,9 +5,10 @@ must send the same positions I_r. The policy is public: the server computes I_r 
 to see (masked sums) or from a public seed, and broadcasts it. Policies:
 
 - `fresh`: I_r from round r's own updates, in two masked exchanges (FetchSGD's idea with exact values):
-  clients first mask a summary of their weighted error-corrected update, its block energies
-  (compression.blocks, the default) or a count sketch; the server takes the heaviest blocks (or the
-  sketch's heavy hitters) of the summed summary as I_r and sends it; clients then mask their values at I_r.
+  clients first mask a summary of their weighted error-corrected update: its row and column energies per
+  weight tensor (compression.marginals, the default), its block energies (compression.blocks) or a count
+  sketch; the server takes the entries of largest estimated energy (the heaviest blocks, the sketch's heavy
+  hitters) of the summed summary as I_r and sends it; clients then mask their values at I_r.
 - `sketch`: I_{r+1} = heavy hitters of the summed count sketch of the clients' error-feedback residuals
   (the sketch is linear, so the masked sum of sketches is the sketch of the summed residual). Round 0
   and any round without a sketch use a public random set.
@@ -22,11 +23,12 @@ import math
 import numpy as np
 
 from compression.blocks import BlockEnergy
+from compression.marginals import Marginals
 from compression.sketch import CountSketch
 from compression.topk import topk_positions
 
 POLICIES = ("fresh", "sketch", "randk", "prev_topk")
-SUMMARIES = ("blocks", "sketch")  # what `fresh` masks first
+SUMMARIES = ("marginals", "blocks", "sketch")  # what `fresh` masks first
 PURPOSE_INDEX = 1
 PURPOSE_SKETCH = 2
 
@@ -70,7 +72,7 @@ class IndexPolicy:
 
     def __init__(self, name: str, length: int, k: int, root_seed: int, sketch_rows: int = 1,
                  sketch_cols_per_k: float = 2.0, random_share: float = 0.1, summary: str = "sketch",
-                 block: int = 64):
+                 block: int = 64, shapes=None):
         if name not in POLICIES:
             raise ValueError(f"unknown index policy {name!r}; available: {', '.join(POLICIES)}")
         if not 1 <= k <= length:
@@ -78,15 +80,22 @@ class IndexPolicy:
         self.length, self.k, self.root = length, k, root_seed
         if summary not in SUMMARIES:
             raise ValueError(f"unknown fresh summary {summary!r}; available: {', '.join(SUMMARIES)}")
-        self.blocks = BlockEnergy(length, block) if name == "fresh" and summary == "blocks" else None
-        sketched = name == "sketch" or (name == "fresh" and self.blocks is None)
+        # `fresh` with blocks or marginals: one table row, chosen whole by its own heavy_hitters
+        self.summary = None
+        if name == "fresh" and summary == "blocks":
+            self.summary = BlockEnergy(length, block)
+        elif name == "fresh" and summary == "marginals":
+            self.summary = Marginals(shapes if shapes is not None else [(length,)])
+            if self.summary.length != length:
+                raise ValueError(f"tensor shapes cover {self.summary.length} entries, the model has {length}")
+        sketched = name == "sketch" or (name == "fresh" and self.summary is None)
         self.shape = sketch_shape(length, k, sketch_rows, sketch_cols_per_k) if sketched else None
-        if self.blocks is not None:
-            self.shape = (1, self.blocks.cols)
+        if self.summary is not None:
+            self.shape = (1, self.summary.cols)
         self.requested = name
         self.name = f"randk({name} fallback)" if sketched and self.shape is None else name
-        if self.blocks is not None:
-            self.name = f"fresh(blocks of {block})"
+        if self.summary is not None:
+            self.name = f"fresh(blocks of {block})" if summary == "blocks" else "fresh(marginals)"
         if k == length:
             self.name, self.shape = "all", None
         self.fresh = name == "fresh" and self.shape is not None  # two masked exchanges a round
@@ -105,8 +114,8 @@ class IndexPolicy:
         return random_positions(self.length, self.k, seed), seed
 
     def sketch(self, round: int) -> CountSketch | BlockEnergy | None:
-        if self.blocks is not None:
-            return self.blocks
+        if self.summary is not None:
+            return self.summary
         if self.shape is None:
             return None
         if self._sketch is None or self._sketch[0] != round:

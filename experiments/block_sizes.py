@@ -25,7 +25,8 @@ def settings(partitions, ratio):
         yield f"{partition}: per-client top-k (no masking)", [*base, "secagg=none", f"compression.ratio={ratio}"]
         for block, bits, feedback in BLOCKS:
             label = f"{partition}: masked, blocks of {block}, {bits or 16}-bit summary" + ("" if feedback else ", no EF")
-            yield label, [*base, "secagg=dh", f"compression.ratio={ratio}", f"compression.block_size={block}",
+            yield label, [*base, "secagg=dh", f"compression.ratio={ratio}", "compression.fresh_summary=blocks",
+                          f"compression.block_size={block}",
                           *([f"compression.sketch_quant_bits={bits}"] if bits else []),
                           f"compression.error_feedback={str(feedback).lower()}"]
 

@@ -18,7 +18,8 @@ from experiments.grid import run_grid, summarize, write
 DENSE = "dense (no masking, no compression)"
 
 
-POLICIES = {"fresh": ["compression.index_policy=fresh"],
+POLICIES = {"fresh (marginals)": ["compression.index_policy=fresh"],
+            "fresh, blocks of 64": ["compression.index_policy=fresh", "compression.fresh_summary=blocks"],
             "fresh, count-sketch summary": ["compression.index_policy=fresh", "compression.fresh_summary=sketch"],
             "sketch (stale)": ["compression.index_policy=sketch"], "randk": ["compression.index_policy=randk"],
             "prev_topk": ["compression.index_policy=prev_topk"]}

@@ -6,6 +6,7 @@ training settings. Nothing downstream re-derives any of it from the config.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
@@ -35,6 +36,7 @@ class Training:
 class Plan:
     length: int                                  # parameters in the flat model vector
     layer_sizes: tuple[int, ...]
+    layer_shapes: tuple[tuple[int, ...], ...]    # each parameter tensor's shape (the `marginals` summary's matrices)
     model: SimpleNamespace                       # the model section (fl.models.build_model reads it)
     partitions: dict                             # fl.data.partition's arguments for the run's clients
     training: Training
@@ -61,10 +63,15 @@ class Plan:
     quant_bits: int | None = None                # fixed-point bits per client value (None: the widest that fits)
 
     @classmethod
-    def build(cls, cfg, layer_sizes) -> Plan:
-        """The plan of a validated config for a model with these parameter tensors (flat-vector order)."""
+    def build(cls, cfg, layer_sizes, layer_shapes=None) -> Plan:
+        """The plan of a validated config for a model with these parameter tensors (flat-vector order; without
+        shapes each tensor is taken as 1-D)."""
         c, f, s = cfg.compression, cfg.fl, cfg.secagg
         layer_sizes = tuple(int(n) for n in layer_sizes)
+        shapes = tuple(tuple(int(d) for d in shape) for shape in layer_shapes) if layer_shapes is not None else \
+            tuple((n,) for n in layer_sizes)
+        if tuple(math.prod(shape) for shape in shapes) != layer_sizes:
+            raise ValueError(f"layer shapes {shapes} do not match layer sizes {layer_sizes}")
         length = sum(layer_sizes)
         compressing = c.client and c.name != "none"
         client_codec = _codec(c, layer_sizes) if c.client else compression.get("none")()
@@ -77,9 +84,9 @@ class Plan:
         if masked and linear is None:
             policy_args = (str(c.index_policy), length, k, int(cfg.seed), int(c.sketch_rows),
                            float(c.sketch_cols_per_k), float(c.prev_topk_random), str(c.fresh_summary),
-                           int(c.block_size))
+                           int(c.block_size), shapes)
         return cls(
-            length=length, layer_sizes=layer_sizes, model=model_section(cfg),
+            length=length, layer_sizes=layer_sizes, layer_shapes=shapes, model=model_section(cfg),
             partitions=partition_args(cfg),
             training=Training(int(cfg.seed), str(cfg.device), int(f.local_epochs), int(f.batch_size), float(f.lr),
                               float(f.momentum), float(f.weight_decay)),

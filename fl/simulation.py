@@ -38,7 +38,7 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
         # A worker builds the initial model: with Ray workers the driver never imports torch.
         initial = pool.initial_model(model_section(cfg), data.input_shape, data.num_classes, int(cfg.seed),
                                      str(cfg.device))
-        plan = Plan.build(cfg, initial["sizes"])
+        plan = Plan.build(cfg, initial["sizes"], initial["shapes"])
         pool.attach(data, plan)
         evaluator = Evaluator(pool, pool_size(cfg), len(data.y_test))
         summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))

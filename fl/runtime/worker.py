@@ -89,10 +89,11 @@ class Worker:
     @staticmethod
     def initial_model(model_cfg, input_shape, num_classes: int, seed: int, device: str) -> dict:
         """The run's initial global model, built here so that the driver never imports torch: its
-        parameter sizes (flat-vector order), its flat weights and this torch's version."""
+        parameter sizes and shapes (flat-vector order), its flat weights and this torch's version."""
         torch.manual_seed(seed)
         model = flatten_parameters(build_model(model_cfg, input_shape, num_classes).to(device))
-        return {"sizes": [q.numel() for q in model.parameters()], "weights": get_flat(model),
+        return {"sizes": [q.numel() for q in model.parameters()], "shapes": [tuple(q.shape) for q in model.parameters()],
+                "weights": get_flat(model),
                 "torch": str(torch.__version__)}  # a plain str: a TorchVersion would import torch
 
     def _forget(self) -> None:

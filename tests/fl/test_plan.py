@@ -15,7 +15,7 @@ def _plan(*overrides):
 def test_masked_top_k_plans_a_shared_index_set_of_ceil_ratio_n():
     plan = _plan("secagg=dh", "compression.ratio=0.01")
     assert plan.masked and plan.linear is None and plan.k == 49 and plan.length == 4810
-    assert plan.error_feedback and plan.index_policy_name == "fresh(blocks of 64)"
+    assert plan.error_feedback and plan.index_policy_name == "fresh(marginals)"
     assert plan.index_policy() is not plan.index_policy()  # the server's and each worker's are their own
 
 

@@ -52,7 +52,7 @@ def test_inline_and_ray_backends_give_the_same_results(default_ray, results_dir)
 
 def test_masked_topk_at_ratio_01_stays_within_2_points_of_dense_at_035x_the_upload(dense, results_dir):
     masked = run(results_dir, "secagg=dh", "compression=topk", "compression.ratio=0.1", "compression.client=true")
-    assert masked["index_policy"].iloc[0] == "fresh(blocks of 64)"
+    assert masked["index_policy"].iloc[0] == "fresh(marginals)"
     assert masked["accuracy"].iloc[-1] >= dense["accuracy"].iloc[-1] - 0.02
     assert masked["bytes_up"].sum() <= 0.35 * dense["bytes_up"].sum()
     assert (masked["bytes_up_sketch"] > 0).all()
@@ -281,7 +281,7 @@ def test_run_server_keeps_the_older_frameworks_call(tmp_path):
                          rounds=2, backend="inline", model="mlp_small", **{"results.dir": str(tmp_path)})
     assert isinstance(rows, pd.DataFrame) and len(rows) == 2
     assert rows["secagg"].iloc[0] == "dh" and rows["compression"].iloc[0] == "topk"
-    assert rows["index_policy"].iloc[0] == "fresh(blocks of 64)"
+    assert rows["index_policy"].iloc[0] == "fresh(marginals)"
 
 
 def test_lenet_on_mnist_format_digits_reaches_093_through_the_real_mnist_reader(tmp_path, mnist_digits_root):

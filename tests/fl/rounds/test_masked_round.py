@@ -279,12 +279,14 @@ def test_a_client_advertising_a_low_order_key_is_refused_and_the_others_sum_exac
     assert [len(s) for s in spy.check_exact(without=(5,))] == [7, 7, 7]
 
 
-def test_fresh_masks_block_energies_then_values_and_applies_the_exact_sum_at_the_heaviest_blocks(
-        tmp_path, monkeypatch):
+@pytest.mark.parametrize("summary", ["blocks", "marginals"])
+def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heaviest_entries(
+        tmp_path, monkeypatch, summary):
     """Index policy `fresh`, with partial participation and dropouts at each of its six steps: the server's
-    summed block energies are the plain sum of the survivors' quantized energies, this round's index set is
-    the heaviest blocks of that sum, and the applied update is the exact plain sum of the second exchange's
-    survivors at that set (two protocol instances, each summing exactly)."""
+    summed summary (block energies; row and column energies) is the plain sum of the survivors' quantized
+    summaries, this round's index set is the heaviest blocks (entries of largest estimated energy) of that sum,
+    and the applied update is the exact plain sum of the second exchange's survivors at that set (two protocol
+    instances, each summing exactly)."""
     spy, chosen = Spy(monkeypatch), []
     choose = IndexPolicy.choose
 
@@ -292,16 +294,20 @@ def test_fresh_masks_block_energies_then_values_and_applies_the_exact_sum_at_the
         (_, _, plain_cells), _ = spy.sums[-1]  # this round's first exchange
         np.testing.assert_array_equal(cells, plain_cells)
         out = choose(self, r, cells)
-        order = np.argsort(-plain_cells, kind="stable")
-        heaviest = set(order[:len(out) // self.blocks.block].tolist())
-        assert heaviest <= set((out // self.blocks.block).tolist())
+        if summary == "blocks":
+            order = np.argsort(-plain_cells, kind="stable")
+            heaviest = set(order[:len(out) // self.summary.block].tolist())
+            assert heaviest <= set((out // self.summary.block).tolist())
+        else:
+            energy = self.summary.estimate(plain_cells)
+            assert energy[out].min() >= np.delete(energy, out).max()
         chosen.append(out)
         return out
 
     monkeypatch.setattr(IndexPolicy, "choose", spy_choose)
     rows = _masked_run(tmp_path, "secagg.dropout=0.08", "fl.rounds=6", "compression.index_policy=fresh",
-                       "compression.block_size=16")
-    assert rows["index_policy"].iloc[0] == "fresh(blocks of 16)"
+                       f"compression.fresh_summary={summary}", "compression.block_size=16")
+    assert rows["index_policy"].iloc[0] == ("fresh(blocks of 16)" if summary == "blocks" else "fresh(marginals)")
     assert rows["dropped"].sum() > 0 and len(spy.applied) == (~rows["aborted"]).sum() >= 3
     assert {c for c in rows.columns if c.startswith("dropped_") and rows[c].sum() > 0} >= {"dropped_masked_sketch"}
     assert all(len(s) >= 5 for s in spy.check_exact())

@@ -43,6 +43,9 @@ NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("model", "padd
            ("compression", "block_size"): 64}
 WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"))
 FIELD_KEYS = ("quant_bits", "bits")  # the masked field's widths: they compute nothing without masking
+# how a masked round chooses its shared index set: nothing without masking and client compression
+SHARED_INDEX_KEYS = ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random", "sketch_quant_bits",
+                     "fresh_summary", "block_size")
 
 
 def config_hash(cfg_dict: dict) -> str:
@@ -58,7 +61,8 @@ def config_hash(cfg_dict: dict) -> str:
         for key in FIELD_KEYS:
             s.pop(key, None)
     if not masks or c.get("name") == "none" or not c.get("client", True):
-        c.pop("fresh_summary", None)  # a masked top-k key: its default moved after unmasked rows were committed
+        for key in SHARED_INDEX_KEYS:  # they compute nothing, and their defaults have moved since rows were kept
+            c.pop(key, None)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -105,3 +109,35 @@ class RunLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def rehash(root: str | Path) -> list[tuple[str, str]]:
+    """Rename each run folder under `root` to the current hash of its config.json, so that a sweep finds (and
+    skips) the runs it already finished after the hash's rules moved (a key that computes nothing dropped, a
+    new key's neutral value). Rows keep their values; their `config_hash` column is updated. A folder whose
+    new name is taken is left where it is and reported, never merged or overwritten. Returns (old, new) renames.
+    """
+    renamed = []
+    for config in sorted(Path(root).glob("*/config.json")):
+        old_dir = config.parent
+        new = config_hash(json.loads(config.read_text()))
+        if new == old_dir.name:
+            continue
+        new_dir = old_dir.with_name(new)
+        if new_dir.exists():
+            print(f"fedsqueeze: {old_dir} repeats the run in {new_dir}; left as it is")
+            continue
+        for rows in old_dir.glob("rounds*.csv"):
+            text = rows.read_text()
+            rows.write_text(text.replace(f",{old_dir.name},", f",{new},"))
+        old_dir.rename(new_dir)
+        renamed.append((old_dir.name, new))
+    return renamed
+
+
+if __name__ == "__main__":
+    import sys
+
+    for folder in sys.argv[1:] or ["results/runs"]:
+        moves = rehash(folder)
+        print(f"fedsqueeze: {len(moves)} run folders under {folder} renamed to their current config hash")

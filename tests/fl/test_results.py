@@ -14,3 +14,44 @@ def test_the_config_hash_ignores_backend_ray_and_results_and_sees_everything_els
         == _hash(f"results.dir={tmp_path}") == _hash("ray.address=auto")
     assert len({base, _hash("seed=1"), _hash("fl.rounds=3"), _hash("compression.ratio=0.1"),
                 _hash("dataset.partition=shards"), _hash("model=mlp_small")}) == 6
+
+
+def test_shared_index_keys_leave_the_hash_of_a_run_without_masking_alone_and_name_a_masked_one():
+    plain = _hash("compression.ratio=0.1")
+    assert plain == _hash("compression.ratio=0.1", "compression.index_policy=sketch") \
+        == _hash("compression.ratio=0.1", "compression.fresh_summary=blocks", "compression.block_size=16")
+    masked = ["secagg=dh", "compression.ratio=0.1"]
+    assert len({_hash(*masked), _hash(*masked, "compression.index_policy=sketch"),
+                _hash(*masked, "compression.fresh_summary=blocks"),
+                _hash(*masked, "compression.fresh_summary=blocks", "compression.block_size=16")}) == 4
+    # the summary before marginals (blocks of 64) keeps the hash it had when it was the default
+    as_before = as_dict(validate(fl.compose(["secagg=dh", "compression.ratio=0.1", "compression.fresh_summary=blocks"])))
+    for key in ("fresh_summary", "block_size", "sketch_quant_bits"):
+        del as_before["compression"][key]
+    assert config_hash(as_before) == _hash(*masked, "compression.fresh_summary=blocks")
+
+
+def test_rehash_renames_a_run_kept_under_an_older_hash_so_a_rerun_finds_it_and_runs_nothing(tmp_path, capsys):
+    """A run whose folder was named by an older rule (here: an unmasked run whose hash held the index policy's
+    default of the time) is renamed, its rows' config_hash column with it; a repeated one is left alone."""
+    import shutil
+
+    import pandas as pd
+
+    from fl.results import rehash
+
+    overrides = [f"results.dir={tmp_path}", "backend=inline", "secagg=none", "model=mlp_small", "fl.rounds=2",
+                 "fl.num_clients=4", "fl.clients_per_round=4"]
+    rows = fl.run(fl.compose(overrides))
+    new = rows["config_hash"].iloc[0]
+    shutil.move(tmp_path / new, tmp_path / "0123456789ab")
+    stale = tmp_path / "0123456789ab"
+    (stale / "rounds.csv").write_text((stale / "rounds.csv").read_text().replace(f",{new},", ",0123456789ab,"))
+    shutil.copytree(stale, tmp_path / "ba9876543210")  # the same run kept twice
+    assert rehash(tmp_path) == [("0123456789ab", new)]
+    assert "ba9876543210 repeats the run" in capsys.readouterr().out
+    assert sorted(p.name for p in tmp_path.iterdir() if (p / "config.json").exists()) == sorted([new, "ba9876543210"])
+    assert set(pd.read_csv(tmp_path / new / "rounds.csv")["config_hash"]) == {new}
+    again = fl.run(fl.compose(overrides))
+    assert "holds a finished run" in capsys.readouterr().out
+    assert (again["config_hash"] == new).all() and again["accuracy"].tolist() == rows["accuracy"].tolist()

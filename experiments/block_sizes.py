@@ -1,5 +1,5 @@
-"""Masked top-k with the `fresh` index set on Fashion-MNIST against the size of its blocks: finer blocks of
-the first exchange's summary find more of the update's mass and cost more upload.
+"""Masked top-k with the `fresh` index set on Fashion-MNIST against its first exchange's summary: blocks of
+several sizes (finer blocks find more of the update's mass and cost more upload) beside the default marginals.
 
     python -m experiments.block_sizes          # writes results/block_sizes_fmnist.{csv,md}
 
@@ -23,6 +23,8 @@ def settings(partitions, ratio):
         base = ["+experiment=fmnist_table", f"dataset.partition={partition}"]
         yield f"{partition}: {DENSE}", [*base, "secagg=none", "compression=none"]
         yield f"{partition}: per-client top-k (no masking)", [*base, "secagg=none", f"compression.ratio={ratio}"]
+        yield f"{partition}: masked, marginals (the default), 16-bit summary", [*base, "secagg=dh",
+                                                                                 f"compression.ratio={ratio}"]
         for block, bits, feedback in BLOCKS:
             label = f"{partition}: masked, blocks of {block}, {bits or 16}-bit summary" + ("" if feedback else ", no EF")
             yield label, [*base, "secagg=dh", f"compression.ratio={ratio}", "compression.fresh_summary=blocks",
@@ -42,13 +44,14 @@ def main(argv=None):
     args = ap.parse_args(argv)
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)
     table = summarize(runs, f"{args.partitions[0]}: {DENSE}")
-    print(write(table, args.out, "Masked top-k on Fashion-MNIST against the block size of its `fresh` summary",
+    print(write(table, args.out, "Masked top-k on Fashion-MNIST against its `fresh` summary: blocks of each size, and marginals",
                 "python -m experiments.block_sizes" + ("" if argv is None else " " + " ".join(argv)),
                 "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 rounds, "
                 f"ratio {args.ratio}, client and server top-k, `dh` masking with the `fresh` index set: a first masked "
                 "exchange of each client's block energies (sums of squares of its error-corrected update per block "
                 "of consecutive entries, quantized to the stated bits), the heaviest blocks taken whole as the "
-                "round's k positions, a second masked exchange of the values there. Final accuracy, mean ± std over "
+                "round's k positions, or of its marginals (the energies of each weight tensor's rows and columns), "
+                "the k entries of largest estimated energy; a second masked exchange of the values there. Final accuracy, mean ± std over "
                 f"seeds {', '.join(map(str, args.seeds))} (the last round of a 2-class-shards run moves by several "
                 "points from round to round); bytes are run totals counted from the serialized messages."))
     return table

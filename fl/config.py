@@ -18,6 +18,7 @@ from compression.index_policy import POLICIES as INDEX_POLICIES
 from compression.index_policy import SUMMARIES
 from fl.data import DATASETS, PARTITIONS, check_files
 from fl.errors import ConfigError
+from fl.results import SHARED_INDEX_KEYS
 
 
 @dataclass
@@ -262,8 +263,7 @@ def canonical_settings(c: DictConfig) -> DictConfig:
         comp.name, comp.ratio, comp.client, comp.server, comp.error_feedback = "none", 1.0, False, False, False
         comp.options, comp.per_layer = {}, False
     if comp.name == "none" or not comp.client or not secagg.get(c.secagg.name).masks:
-        for key in ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random", "sketch_quant_bits",
-                    "fresh_summary", "block_size"):
+        for key in SHARED_INDEX_KEYS:
             setattr(comp, key, getattr(defaults, key))
     if not comp.client or not comp.error_feedback:
         comp.residual_dtype = defaults.residual_dtype

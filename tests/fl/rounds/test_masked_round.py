@@ -279,7 +279,7 @@ def test_a_client_advertising_a_low_order_key_is_refused_and_the_others_sum_exac
     assert [len(s) for s in spy.check_exact(without=(5,))] == [7, 7, 7]
 
 
-@pytest.mark.parametrize("summary", ["blocks", "marginals"])
+@pytest.mark.parametrize("summary", ["blocks", "marginals", "exact"])
 def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heaviest_entries(
         tmp_path, monkeypatch, summary):
     """Index policy `fresh`, with partial participation and dropouts at each of its six steps: the server's
@@ -298,6 +298,9 @@ def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heav
             order = np.argsort(-plain_cells, kind="stable")
             heaviest = set(order[:len(out) // self.summary.block].tolist())
             assert heaviest <= set((out // self.summary.block).tolist())
+        elif summary == "exact":  # the summed update itself: its exact top k
+            magnitude = np.abs(plain_cells.reshape(-1))
+            assert magnitude[out].min() >= np.delete(magnitude, out).max()
         else:
             energy = self.summary.estimate(plain_cells)
             assert energy[out].min() >= np.delete(energy, out).max()
@@ -307,7 +310,7 @@ def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heav
     monkeypatch.setattr(IndexPolicy, "choose", spy_choose)
     rows = _masked_run(tmp_path, "secagg.dropout=0.08", "fl.rounds=6", "compression.index_policy=fresh",
                        f"compression.fresh_summary={summary}", "compression.block_size=16")
-    assert rows["index_policy"].iloc[0] == ("fresh(blocks of 16)" if summary == "blocks" else "fresh(marginals)")
+    assert rows["index_policy"].iloc[0] == ("fresh(blocks of 16)" if summary == "blocks" else f"fresh({summary})")
     assert rows["dropped"].sum() > 0 and len(spy.applied) == (~rows["aborted"]).sum() >= 3
     assert {c for c in rows.columns if c.startswith("dropped_") and rows[c].sum() > 0} >= {"dropped_masked_sketch"}
     assert all(len(s) >= 5 for s in spy.check_exact())

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import compression
 import secagg
 
 if TYPE_CHECKING:  # pandas loads when rows are read: fl.launch starts Ray before it (0.2 s)
@@ -48,8 +49,22 @@ SHARED_INDEX_KEYS = ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_t
                      "fresh_summary", "block_size")
 
 
+def shared_index_keys_used(c: dict) -> set[str]:
+    """The shared-index keys that the run's index policy (and `fresh`'s summary) reads."""
+    policy, summary = c.get("index_policy", "fresh"), c.get("fresh_summary", "blocks")  # absent: rows kept before it
+    used = {"index_policy"}
+    if policy == "fresh":
+        used |= {"fresh_summary", "sketch_quant_bits"} | ({"block_size"} if summary == "blocks" else set())
+    if policy == "sketch" or (policy == "fresh" and summary == "sketch"):
+        used |= {"sketch_rows", "sketch_cols_per_k"}
+    if policy == "prev_topk":
+        used.add("prev_topk_random")
+    return used
+
+
 def config_hash(cfg_dict: dict) -> str:
     what = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg_dict.items() if k not in EXECUTION_KEYS}
+    unused = set(SHARED_INDEX_KEYS) - shared_index_keys_used(what.get("compression", {}))  # before neutral values go
     for (group, key), neutral in NEUTRAL.items():
         if key in what.get(group, {}) and what[group][key] == neutral:
             del what[group][key]
@@ -60,9 +75,12 @@ def config_hash(cfg_dict: dict) -> str:
     if not masks:
         for key in FIELD_KEYS:
             s.pop(key, None)
-    if not masks or c.get("name") == "none" or not c.get("client", True):
+    linear = "name" in c and c["name"] != "none" and getattr(compression.get(c["name"]), "linear", False)
+    if not masks or c.get("name") == "none" or not c.get("client", True) or linear:
         for key in SHARED_INDEX_KEYS:  # they compute nothing, and their defaults have moved since rows were kept
             c.pop(key, None)
+    for key in unused:
+        c.pop(key, None)  # a key of another policy or summary than this run's
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -31,6 +31,23 @@ def test_shared_index_keys_leave_the_hash_of_a_run_without_masking_alone_and_nam
     assert config_hash(as_before) == _hash(*masked, "compression.fresh_summary=blocks")
 
 
+def test_a_masked_run_hashes_only_the_keys_its_policy_and_summary_read():
+    """Finished cells stay found when a key of another policy or summary moves: a randk run ignores the
+    `fresh` summary's keys, marginals ignore the block size, a linear codec ignores the whole index policy."""
+    masked = ["secagg=dh", "compression.ratio=0.1"]
+    randk = [*masked, "compression.index_policy=randk"]
+    assert _hash(*randk) == _hash(*randk, "compression.fresh_summary=blocks", "compression.block_size=16") \
+        == _hash(*randk, "compression.sketch_rows=3", "compression.prev_topk_random=0.5")
+    assert _hash(*masked) == _hash(*masked, "compression.block_size=16", "compression.sketch_cols_per_k=4")
+    assert _hash(*masked) != _hash(*masked, "compression.sketch_quant_bits=8")
+    sketch = [*masked, "compression.index_policy=sketch"]
+    assert _hash(*sketch) != _hash(*sketch, "compression.sketch_rows=3")
+    prev = [*masked, "compression.index_policy=prev_topk"]
+    assert _hash(*prev) != _hash(*prev, "compression.prev_topk_random=0.5")
+    rotation = ["secagg=dh", "compression=rotation"]
+    assert _hash(*rotation) == _hash(*rotation, "compression.index_policy=randk", "compression.fresh_summary=exact")
+
+
 def test_rehash_renames_a_run_kept_under_an_older_hash_so_a_rerun_finds_it_and_runs_nothing(tmp_path, capsys):
     """A run whose folder was named by an older rule (here: an unmasked run whose hash held the index policy's
     default of the time) is renamed, its rows' config_hash column with it; a repeated one is left alone."""

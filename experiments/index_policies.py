@@ -21,6 +21,8 @@ DENSE = "dense (no masking, no compression)"
 POLICIES = {"fresh (marginals)": ["compression.index_policy=fresh"],
             "fresh, blocks of 64": ["compression.index_policy=fresh", "compression.fresh_summary=blocks"],
             "fresh, count-sketch summary": ["compression.index_policy=fresh", "compression.fresh_summary=sketch"],
+            "fresh, exact summary (the bound: top k of the sum, a dense first exchange)":
+                ["compression.index_policy=fresh", "compression.fresh_summary=exact"],
             "sketch (stale)": ["compression.index_policy=sketch"], "randk": ["compression.index_policy=randk"],
             "prev_topk": ["compression.index_policy=prev_topk"]}
 PRESETS = {

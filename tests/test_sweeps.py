@@ -52,9 +52,12 @@ def test_a_ray_sweep_starts_one_pool_for_all_its_cells_and_matches_inline(tmp_pa
 
 def test_ctrl_c_in_a_ray_sweep_leaves_no_process_behind(tmp_path):
     results = tmp_path / "runs"
+    # Ctrl-C in a terminal: SIGINT at its default in the child, even where this test runs in the background of
+    # a non-interactive shell, whose children inherit SIGINT ignored (and Python then never raises KeyboardInterrupt)
     proc = subprocess.Popen([sys.executable, str(ROOT / "simulate.py"), "-m", "backend=ray", "model=mlp_small",
                              "fl.rounds=200", "secagg=none", "compression=none", "seed=0,1", f"results.dir={results}"],
-                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 180
     while not list(results.glob("*/rounds.csv")) or len(pd.read_csv(next(results.glob("*/rounds.csv")))) < 3:
         assert time.time() < deadline and proc.poll() is None, "the sweep did not reach its third round"

@@ -125,22 +125,38 @@ def _num(x: float) -> str:
 
 
 def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    """One line per data, model, masking, index policy and run length: a masked policy's points are never pooled
+    with another policy's (each line starts from the same dense point); a policy run at one ratio only is left out,
+    and masking protocols with the same results share one line."""
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
     base = runs[(runs["compression"] == "none") |
                 ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
-    for (dataset, partition, model, secagg), g in base.groupby(["dataset", "partition", "model", "secagg"]):
-        s = g.groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
-        params = int(g["n_params"].iloc[0])
-        masked = "" if secagg == "none" else f", {secagg} (shared index set)"
-        ax.errorbar(s.index, s["mean"], yerr=s["std"], marker="o", capsize=3, linestyle="-" if secagg == "none" else "--",
-                    label=f"{model} ({params:,} params), {dataset} {partition}{masked}")
+    lengths = base["rounds"].nunique() > 1
+    lines: dict[tuple, tuple[pd.DataFrame, list[str]]] = {}
+    for (dataset, partition, model, secagg, rounds), g in base.groupby(["dataset", "partition", "model", "secagg",
+                                                                          "rounds"]):
+        dense, sparse = g[g["ratio"] == 1.0], g[g["ratio"] < 1.0]
+        for policy, p in sparse.groupby("index_policy") if len(sparse) else [(None, sparse)]:
+            if policy is not None and p["ratio"].nunique() < 2:
+                continue
+            s = pd.concat([dense, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
+            params = int(g["n_params"].iloc[0])
+            run_length = f", {rounds} rounds" if lengths else ""
+            key = (f"{model} ({params:,} params), {dataset} {partition}", policy if secagg != "none" else None,
+                   run_length, secagg == "none", tuple(s.index), tuple(s["mean"].round(6)))
+            lines.setdefault(key, (s, []))[1].append(secagg)
+    for (name, policy, run_length, plain, _, _), (s, protocols) in lines.items():
+        masked = "" if plain else f", {'/'.join(protocols)} {policy}"
+        ax.errorbar(s.index, s["mean"], yerr=s["std"], marker="o", capsize=3, linestyle="-" if plain else "--",
+                    label=f"{name}{masked}{run_length}")
     ax.set_xscale("log")
     ax.set_xlabel("compress ratio (fraction of entries kept; 1 = dense)")
     ax.set_ylabel("final test accuracy")
     ax.set_title("Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

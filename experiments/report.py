@@ -103,8 +103,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
         lines.append(
             f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
             f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {r.seeds} "
-            f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_change:+.3f} "
-            f"| {r.up_per_client:,.0f} | {r.up_vs_dense:.4f} | {r.down_per_client:,.0f} | {r.down_vs_dense:.4f} "
+            f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {_num(r.accuracy_change, '+.3f')} "
+            f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |")
@@ -120,8 +120,9 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     return "\n".join(lines) + "\n"
 
 
-def _num(x: float) -> str:
-    return "" if pd.isna(x) else f"{x:.4f}"
+def _num(x: float, spec: str = ".4f") -> str:
+    """Blank where there is no figure (no dense run in the same environment to compare with)."""
+    return "" if pd.isna(x) else format(x, spec)
 
 
 def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:

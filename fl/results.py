@@ -49,8 +49,13 @@ SHARED_INDEX_KEYS = ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_t
                      "fresh_summary", "block_size")
 
 
-def shared_index_keys_used(c: dict) -> set[str]:
-    """The shared-index keys that the run's index policy (and `fresh`'s summary) reads."""
+def shared_index_keys_used(masks: bool, c: dict) -> set[str]:
+    """The shared-index keys a run reads: none without masking and client compression or with a linear codec
+    (its table is masked whole); else its index policy's (and `fresh`'s summary's)."""
+    name = c.get("name")
+    if not masks or name == "none" or not c.get("client", True) or \
+            (name is not None and getattr(compression.get(name), "linear", False)):
+        return set()
     policy, summary = c.get("index_policy", "fresh"), c.get("fresh_summary", "blocks")  # absent: rows kept before it
     used = {"index_policy"}
     if policy == "fresh":
@@ -64,23 +69,19 @@ def shared_index_keys_used(c: dict) -> set[str]:
 
 def config_hash(cfg_dict: dict) -> str:
     what = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg_dict.items() if k not in EXECUTION_KEYS}
-    unused = set(SHARED_INDEX_KEYS) - shared_index_keys_used(what.get("compression", {}))  # before neutral values go
+    s, c = what.get("secagg", {}), what.get("compression", {})
+    masks = "name" not in s or secagg.get(s["name"]).masks
+    unused = set(SHARED_INDEX_KEYS) - shared_index_keys_used(masks, c)  # read before neutral values are dropped
     for (group, key), neutral in NEUTRAL.items():
         if key in what.get(group, {}) and what[group][key] == neutral:
             del what[group][key]
     for group, key in WHERE_KEYS:
         what.get(group, {}).pop(key, None)
-    s, c = what.get("secagg", {}), what.get("compression", {})
-    masks = "name" not in s or secagg.get(s["name"]).masks
     if not masks:
         for key in FIELD_KEYS:
             s.pop(key, None)
-    linear = "name" in c and c["name"] != "none" and getattr(compression.get(c["name"]), "linear", False)
-    if not masks or c.get("name") == "none" or not c.get("client", True) or linear:
-        for key in SHARED_INDEX_KEYS:  # they compute nothing, and their defaults have moved since rows were kept
-            c.pop(key, None)
-    for key in unused:
-        c.pop(key, None)  # a key of another policy or summary than this run's
+    for key in unused:  # they compute nothing here, and their defaults have moved since rows were kept
+        c.pop(key, None)
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -37,9 +37,10 @@ class FLConfig:
 @dataclass
 class DatasetConfig:
     name: str = "digits"            # digits | mnist | fashion_mnist | cifar10
-    partition: str = "iid"          # iid | dirichlet | shards
+    partition: str = "iid"          # iid | dirichlet | shards | labels
     alpha: float = 0.5              # Dirichlet concentration (smaller = more skewed)
     shards_per_client: int = 2      # shards: label-sorted shards per client (about that many classes each)
+    labels_per_client: int = 2      # labels: exactly this many classes per client (NIID-Bench's #C=k)
     test_fraction: float = 0.2      # digits only; the others use their own test split
     root: str = "data"              # mnist/fashion_mnist/cifar10 files live here (torchvision's layout)
     system_dirs: list[str] = field(default_factory=list)  # then here, flat (Debian: /usr/share/datasets/<name>)
@@ -153,11 +154,17 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"unknown dataset {c.dataset.name!r}; available: {', '.join(DATASETS)}")
     if c.dataset.partition not in PARTITIONS:
         raise ConfigError(
-            f"dataset.partition must be 'iid', 'dirichlet' or 'shards', got {c.dataset.partition!r}")
+            f"dataset.partition must be one of {', '.join(PARTITIONS)}; got {c.dataset.partition!r}")
     if c.dataset.partition == "dirichlet" and not c.dataset.alpha > 0:
         raise ConfigError(f"dataset.alpha must be > 0, got {c.dataset.alpha}")
     if c.dataset.partition == "shards" and c.dataset.shards_per_client < 1:
         raise ConfigError(f"dataset.shards_per_client must be >= 1, got {c.dataset.shards_per_client}")
+    if c.dataset.partition == "labels":
+        if not 1 <= c.dataset.labels_per_client <= 10:  # every dataset here has 10 classes
+            raise ConfigError(f"dataset.labels_per_client must be in 1..10, got {c.dataset.labels_per_client}")
+        if c.fl.num_clients < 10:
+            raise ConfigError(f"dataset.partition=labels needs at least 10 clients (one per class), "
+                              f"got fl.num_clients={c.fl.num_clients}")
     for key in ("max_train", "max_test"):
         if getattr(c.dataset, key) is not None and getattr(c.dataset, key) < 1:
             raise ConfigError(f"dataset.{key} must be >= 1 or null (all), got {getattr(c.dataset, key)}")

@@ -20,7 +20,7 @@ import numpy as np
 from fl.errors import ConfigError
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
-PARTITIONS = ("iid", "dirichlet", "shards")
+PARTITIONS = ("iid", "dirichlet", "shards", "labels")
 INPUT_SHAPES = {"digits": (64,), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
 
 
@@ -315,7 +315,7 @@ def load_dataset(cfg, seed: int) -> Dataset:
 
 
 def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, seed: int,
-              min_size: int = 2, shards_per_client: int = 2) -> list[np.ndarray]:
+              min_size: int = 2, shards_per_client: int = 2, labels_per_client: int = 2) -> list[np.ndarray]:
     """Split sample indices among clients; every scheme is disjoint, covers all samples and is seeded.
 
     - `iid`: shuffled equal shares.
@@ -323,6 +323,9 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
       every client has at least `min_size` samples so no client is empty.
     - `shards` (McMahan et al. 2017): sort by label, cut into num_clients * shards_per_client equal
       shards, give each client `shards_per_client` random shards, so each holds about that many classes.
+    - `labels` (NIID-Bench's label-quantity skew, Li et al. 2022, "#C=k"): client i holds class i mod K and
+      `labels_per_client - 1` other random classes, exactly that many; each class is split evenly among its
+      holders. Flower's baselines/niid_bench calls it "2 labels per client".
     """
     rng = np.random.default_rng(seed)
     n = len(labels)
@@ -339,6 +342,8 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
         shards = np.array_split(by_label, num_shards)
         owner = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
         return [np.sort(np.concatenate([shards[s] for s in row])) for row in owner]
+    if scheme == "labels":
+        return _label_quantity(labels, num_clients, labels_per_client, min_size, rng)
     if scheme != "dirichlet":
         raise ValueError(f"unknown partition {scheme!r}; use one of {', '.join(PARTITIONS)}")
     classes = np.unique(labels)
@@ -353,6 +358,30 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
         if min(len(p) for p in out) >= min_size:
             return out
     raise ValueError(f"Dirichlet(alpha={alpha}) left a client with fewer than {min_size} samples; raise alpha")
+
+
+def _label_quantity(labels: np.ndarray, num_clients: int, per_client: int, min_size: int,
+                    rng: np.random.Generator) -> list[np.ndarray]:
+    classes = np.unique(labels)
+    k = len(classes)
+    if not 1 <= per_client <= k:
+        raise ValueError(f"labels_per_client must be in 1..{k} (the classes there are), got {per_client}")
+    if num_clients < k:
+        raise ValueError(f"the labels partition needs at least one client per class ({k}); got {num_clients} "
+                         "clients, which would leave classes unheld")
+    held = [np.concatenate([[i % k], rng.permutation(np.delete(np.arange(k), i % k))[:per_client - 1]])
+            for i in range(num_clients)]
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for c in range(k):
+        holders = [i for i in range(num_clients) if c in held[i]]
+        idx = rng.permutation(np.flatnonzero(labels == classes[c]))
+        for client, chunk in zip(holders, np.array_split(idx, len(holders))):
+            parts[client].append(chunk)
+    out = [np.sort(np.concatenate(p)) for p in parts]
+    if min(len(p) for p in out) < min_size:
+        raise ValueError(f"the labels partition left a client with fewer than {min_size} samples; "
+                         "use fewer clients or more labels per client")
+    return out
 
 
 def partition_summary(labels: np.ndarray, parts: list[np.ndarray]):
@@ -373,7 +402,8 @@ def partition_args(cfg) -> dict:
     """`partition`'s arguments for the run's clients, from the config alone (the driver and every worker agree)."""
     d = cfg.dataset
     return dict(num_clients=int(cfg.fl.num_clients), scheme=str(d.partition), alpha=float(d.alpha),
-                seed=int(cfg.seed), min_size=1, shards_per_client=int(d.shards_per_client))
+                seed=int(cfg.seed), min_size=1, shards_per_client=int(d.shards_per_client),
+                labels_per_client=int(d.get("labels_per_client", 2)))
 
 
 def client_partitions(cfg, labels: np.ndarray) -> list[np.ndarray]:

@@ -41,7 +41,7 @@ COLUMNS = [
 # (so a finished run is still found); and keys that say where files are found, not what is computed.
 NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("model", "padding"): "same",
            ("compression", "sketch_quant_bits"): None, ("compression", "fresh_summary"): "blocks",
-           ("compression", "block_size"): 64}
+           ("compression", "block_size"): 64, ("dataset", "labels_per_client"): 2}
 WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"))
 FIELD_KEYS = ("quant_bits", "bits")  # the masked field's widths: they compute nothing without masking
 # how a masked round chooses its shared index set: nothing without masking and client compression

@@ -64,12 +64,15 @@ def test_run_server_refuses_unknown_keyword():
     ("fl.clients_per_round=11", "clients_per_round"),
     ("backend=spark", "backend"),
     ("dataset.partition=pathological", "partition"),
+    ("dataset.partition=labels dataset.labels_per_client=11", "labels_per_client"),
+    ("dataset.partition=labels dataset.labels_per_client=0", "labels_per_client"),
+    ("dataset.partition=labels fl.num_clients=5 fl.clients_per_round=5", "at least 10 clients"),
     ("compression.index_policy=best", "index_policy"),
     ("secagg.clip=0", "clip"),
 ])
 def test_inconsistent_values_are_refused(override, match):
     with pytest.raises(ConfigError, match=match):
-        validate(fl.compose([override]))
+        validate(fl.compose(override.split()))
 
 
 def test_fixed_point_overflow_is_checked_at_config_time():

@@ -1,4 +1,4 @@
-"""Digits data, seeded partitions (IID, Dirichlet, shards) and the MLP sizes."""
+"""Digits data, seeded partitions (IID, Dirichlet, shards, label quantity) and the MLP sizes."""
 import numpy as np
 import pytest
 import torch
@@ -26,7 +26,7 @@ def test_digits_default_is_unchanged_by_the_new_dataset_keys():
     assert a.input_shape == (64,) and a.x_train.dtype == np.float32 and a.y_train.dtype == np.int64
 
 
-@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "shards"])
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "shards", "labels"])
 def test_partitions_are_disjoint_cover_everything_and_are_seeded(scheme):
     labels = load_digits(0).y_train
     parts = partition(labels, 20, scheme, 0.3, seed=5)
@@ -62,6 +62,31 @@ def test_shards_on_digits_hold_about_shards_per_client_classes():
         n_shard = len(labels) // (20 * per_client)
         assert all(per_client * n_shard <= len(p) <= per_client * (n_shard + 1) for p in parts)
         assert max(classes) <= 2 * per_client and np.mean(classes) <= per_client + 1
+
+
+@pytest.mark.parametrize("per_client", [1, 2, 3, 10])
+def test_labels_give_each_client_exactly_its_number_of_classes_split_evenly_among_holders(per_client):
+    """NIID-Bench's #C=k: client i holds class i mod 10 and k - 1 others, exactly k in all, and a class's samples
+    are shared evenly (to one sample) by the clients that hold it."""
+    labels = load_digits(0).y_train
+    parts = partition(labels, 20, "labels", 0.0, seed=2, labels_per_client=per_client)
+    held = [set(np.unique(labels[p]).tolist()) for p in parts]
+    assert all(len(h) == per_client and i % 10 in h for i, h in enumerate(held))
+    for c in range(10):
+        shares = [int(np.sum(labels[p] == c)) for p, h in zip(parts, held) if c in h]
+        assert sum(shares) == int(np.sum(labels == c)) and max(shares) - min(shares) <= 1
+    if per_client == 2:  # the second class is drawn, not fixed
+        assert len({frozenset(h) for h in held}) > 10
+
+
+def test_labels_refuse_fewer_clients_than_classes_and_more_labels_than_classes():
+    labels = np.repeat(np.arange(10), 20)
+    with pytest.raises(ValueError, match="one client per class"):
+        partition(labels, 5, "labels", 0.0, 0)
+    with pytest.raises(ValueError, match="labels_per_client"):
+        partition(labels, 10, "labels", 0.0, 0, labels_per_client=11)
+    with pytest.raises(ValueError, match="fewer than 2 samples"):
+        partition(np.repeat(np.arange(10), 5), 25, "labels", 0.0, 0, labels_per_client=1)  # 5 split 2, 2, 1
 
 
 def test_shards_refuse_more_shards_than_samples():

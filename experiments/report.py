@@ -22,7 +22,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
-           "secagg", "index_policy"]
+           "secagg", "index_policy", "field_bits"]
 BASELINE = ["env", "dataset", "partition", "model"]
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
 
@@ -44,6 +44,9 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     if "env" not in rows:
         rows["env"] = "unknown"
     rows["env"] = rows["env"].fillna("unknown")
+    if "field_bits" not in rows:  # rows kept before the masked field's width was a column: none were masked
+        rows["field_bits"] = np.nan
+    rows["field_bits"] = pd.to_numeric(rows["field_bits"], errors="coerce")  # blank (not masked) -> NaN
     return rows, incomplete
 
 
@@ -85,7 +88,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str) -> str:
     lines = ["# Top-k results", "", f"Regenerate: `{command}`", "",
-             "Final test accuracy: mean ± std over seeds. Bytes: per client per round, counted from the serialized "
+             "Final test accuracy: mean ± std over seeds. Field bits: the masked field's width (blank: not masked); "
+             "runs that differ in it are never pooled. Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
              f"Rounds to target: first round with accuracy >= {target}, mean over the seeds that reached it (their "
@@ -93,7 +97,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              "client of the population (cumulative bytes, mean over those seeds).", ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
-    header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | seeds | accuracy | Δ vs dense "
+    header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits | seeds | accuracy "
+              "| Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
               f"| rounds to {target} | upload to {target} |")
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
@@ -102,7 +107,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
         data = f"{r.dataset} ({r.partition}{f', {r.rounds:.0f} rounds' if lengths else ''})"
         lines.append(
             f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
-            f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {r.seeds} "
+            f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
+            f"| {r.seeds} "
             f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {_num(r.accuracy_change, '+.3f')} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
@@ -131,6 +137,8 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     and masking protocols with the same results share one line."""
     fig, ax = plt.subplots(figsize=(9, 4.5))
     ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+    if "field_bits" not in runs:
+        runs = runs.assign(field_bits=np.nan)
     base = runs[(runs["compression"] == "none") |
                 ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
@@ -139,9 +147,13 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     for (dataset, partition, model, secagg, rounds), g in base.groupby(["dataset", "partition", "model", "secagg",
                                                                           "rounds"]):
         dense, sparse = g[g["ratio"] == 1.0], g[g["ratio"] < 1.0]
-        for policy, p in sparse.groupby("index_policy") if len(sparse) else [(None, sparse)]:
+        widths = sparse["field_bits"].nunique() > 1  # label a masked line with its field only where they differ
+        for (policy, bits), p in sparse.groupby(["index_policy", "field_bits"], dropna=False) if len(sparse) \
+                else [((None, None), sparse)]:
             if policy is not None and p["ratio"].nunique() < 2:
                 continue
+            if widths and not pd.isna(bits):
+                policy = f"{policy}, {bits:.0f}-bit field"
             s = pd.concat([dense, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
             params = int(g["n_params"].iloc[0])
             run_length = f", {rounds} rounds" if lengths else ""

@@ -1,4 +1,6 @@
-"""experiments.report's accuracy-vs-ratio plot: each masked index policy is its own line, never pooled."""
+"""experiments.report: each masked index policy and each field width is its own line and its own table row, never
+pooled with another."""
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -30,3 +32,45 @@ def test_policies_are_separate_lines_protocols_with_equal_results_share_one_and_
     assert lines["dh/secaggplus fresh(marginals)"] == ([0.01, 0.1, 1.0], [0.60, 0.75, 0.80])
     assert lines["dh fresh(exact)"] == ([0.01, 0.1, 1.0], [0.68, 0.77, 0.80])
     assert lines["plain"] == ([0.01, 0.1, 1.0], [0.70, 0.78, 0.80])
+
+
+def _rows(run_id, seed, field_bits, accuracy):
+    """Two rounds of a masked top-k run as fl.results writes them (only the columns the report reads)."""
+    return [dict(run_id=run_id, seed=seed, env="cpu", dataset="fashion_mnist", partition="shards", model="lenet",
+                 n_params=10, compression="topk", ratio=0.02, error_feedback=True, secagg="dh",
+                 index_policy="fresh(marginals)", field_bits=field_bits, round=r, accuracy=accuracy - 0.1 * (1 - r),
+                 num_clients=100, bytes_up=1000 * field_bits, bytes_up_per_client=100 * field_bits,
+                 bytes_down_per_client=500, **{s: 0.1 for s in report.STAGES}, t_round=1.0) for r in (0, 1)]
+
+
+def test_runs_that_differ_only_in_field_width_are_separate_rows_not_seeds():
+    rows = pd.DataFrame(_rows("a", 0, 20, 0.66) + _rows("b", 1, 20, 0.68) + _rows("c", 0, 12, 0.67))
+    t = report.table(report.per_run(rows, target=0.6)).set_index("field_bits")
+    assert sorted(t.index) == [12, 20]
+    assert t.loc[20, "seeds"] == 2 and t.loc[20, "accuracy"] == pytest.approx(0.67)
+    assert t.loc[12, "seeds"] == 1 and t.loc[12, "up_per_client"] == 1200
+    md = report.markdown(report.table(report.per_run(rows, target=0.6)), [], 0.6, "cmd")
+    assert "| field bits |" in md and "| 12 | 1 |" in md and "| 20 | 2 |" in md
+
+
+def test_rows_kept_before_the_field_width_column_read_as_not_masked(tmp_path):
+    run = tmp_path / "old"
+    run.mkdir()
+    pd.DataFrame(_rows("a", 0, 20, 0.7)).drop(columns="field_bits").to_csv(run / "rounds.csv", index=False)
+    (run / "done.json").write_text("{}")
+    rows, incomplete = report.load([str(tmp_path)])
+    assert rows["field_bits"].isna().all() and incomplete == []
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")
+def test_masked_lines_of_different_field_widths_are_drawn_apart(tmp_path, monkeypatch):
+    runs = pd.DataFrame([_run("none", "dense", 1.0, 0.80, "none"), _run("dh", "all", 1.0, 0.80, "none"),
+                         *[dict(_run("dh", "fresh(marginals)", r, a), field_bits=b)
+                           for b, pts in ((20, ((0.1, 0.75), (0.01, 0.60))), (12, ((0.1, 0.74), (0.01, 0.62))))
+                           for r, a in pts]])
+    drawn = []
+    monkeypatch.setattr(report.plt.Axes, "errorbar",
+                        lambda self, x, y, **kw: drawn.append((kw["label"], list(x), list(y))))
+    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    lines = {label.rsplit(", ", 1)[-1]: y for label, x, y in drawn}
+    assert lines["20-bit field"] == [0.60, 0.75, 0.80] and lines["12-bit field"] == [0.62, 0.74, 0.80]

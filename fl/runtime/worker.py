@@ -45,6 +45,7 @@ class Worker:
         self.worker_id = worker_id
         self.plan = None
         self.replies: ReplyBuffer | None = None  # shared-memory replies, when the driver can map them
+        self.frozen = False  # whether this process's long-lived objects were frozen (gc.freeze, first attach)
 
     def attach(self, data: Dataset, plan) -> int:
         """Take the run's dataset (never reloaded here) and plan; returns the parameter count. Attached
@@ -80,10 +81,12 @@ class Worker:
         self.feedback = compression.ErrorFeedback(p.client_codec)
         self.policy = p.index_policy()  # public: a worker needs only its sketch hashes
         self.linear_cells = p.linear.table_size(p.length) if p.linear is not None else 0
-        if _in_ray_worker():
-            # What exists now (torch, the model, the data) lives as long as this process: keep it out
-            # of every later collection, including the one at exit.
+        if _in_ray_worker() and not self.frozen:
+            # What exists now (torch and everything the first cell imported) lives as long as this process:
+            # keep it out of every later collection, including the one at exit. Only once: a warm pool's later
+            # cells stay collectable, and freed objects of this cell go by reference counting all the same.
             gc.freeze()
+            self.frozen = True
         return p.length
 
     @staticmethod
@@ -98,12 +101,11 @@ class Worker:
 
     def _forget(self) -> None:
         """Everything but the worker's identity and reply buffer goes: model, data, clients' state."""
-        for name in [name for name in vars(self) if name not in ("worker_id", "replies")]:
+        for name in [name for name in vars(self) if name not in ("worker_id", "replies", "frozen")]:
             delattr(self, name)
         self.plan = None
         if _in_ray_worker():
-            gc.unfreeze()  # the last cell's objects were frozen at its attach: let them be collected
-            gc.collect()
+            gc.collect()  # the last cell's cycles, if any; torch's objects are frozen, so this walks little
 
     def train(self, cid: int, round: int) -> tuple[np.ndarray, int]:
         """Client `cid`'s local training from the reference weights: (local - reference, sample count)."""

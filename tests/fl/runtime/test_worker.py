@@ -19,3 +19,30 @@ def test_a_worker_streams_its_messages_in_chunks_then_its_timings_and_a_whole_ru
     streamed = [m for chunk in items[:-1] for m in chunk]
     assert [cid for cid, _ in streamed] == [0, 2, 4]
     assert streamed[0][1] == first  # the same bytes either way
+
+
+def test_a_warm_worker_freezes_once_and_releases_each_last_cell_when_attached_again(monkeypatch):
+    """In a Ray worker the first attach freezes what the process keeps (torch, the first cell); a warm pool's
+    later cells stay collectable (no unfreeze and full collection of torch's objects at every cell), and each
+    re-attach releases the last cell's model, frozen or not."""
+    import gc
+    import weakref
+
+    import fl.runtime.worker as worker_module
+    from fl.data import load_dataset
+
+    monkeypatch.setattr(worker_module, "_in_ray_worker", lambda: True)
+    try:
+        cfg, plan, [w] = attached_workers(["model=mlp_small", "secagg=none", "fl.num_clients=4",
+                                           "fl.clients_per_round=4"])
+        first = weakref.ref(w.model)
+        assert w.frozen and not any(o is w.model for o in gc.get_objects())  # frozen: out of every collection
+        data = load_dataset(cfg.dataset, cfg.seed)
+        w.attach(data, plan)
+        second = weakref.ref(w.model)
+        assert first() is None  # released by reference counting although it was frozen
+        assert any(o is w.model for o in gc.get_objects())  # not frozen: collectable like any object
+        w.attach(data, plan)
+        assert second() is None and w.frozen
+    finally:
+        gc.unfreeze()

@@ -403,7 +403,7 @@ def partition_args(cfg) -> dict:
     d = cfg.dataset
     return dict(num_clients=int(cfg.fl.num_clients), scheme=str(d.partition), alpha=float(d.alpha),
                 seed=int(cfg.seed), min_size=1, shards_per_client=int(d.shards_per_client),
-                labels_per_client=int(d.get("labels_per_client", 2)))
+                labels_per_client=int(d.labels_per_client))
 
 
 def client_partitions(cfg, labels: np.ndarray) -> list[np.ndarray]:

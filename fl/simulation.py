@@ -139,7 +139,8 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
 class Evaluator:
     """Accuracy and loss on the test split, evaluated by the workers in parallel, each a range of whole
     batches (one worker where the split is one batch), summed in batch order: the same figures as one
-    process evaluating it all. Ranges of a worker that died go to one that answered."""
+    process evaluating it all. Ranges of a worker that died go to one that is alive (on a split of one batch,
+    the only worker evaluating may be the one that died)."""
 
     def __init__(self, pool, size: int, n_test: int):
         self.pool, self.n = pool, n_test
@@ -150,9 +151,10 @@ class Evaluator:
     def __call__(self, weights: np.ndarray) -> tuple[float, float]:
         ref = self.pool.put(weights)
         replies = self.pool.evaluate({w: (ref, a, b) for w, (a, b) in self.ranges.items()})
-        alive = [w for w, reply in replies.items() if reply is not None]
         for w in [w for w in self.ranges if replies[w] is None]:
-            if not alive:
-                raise RuntimeError("every worker died while evaluating the model")
-            replies[w] = self.pool.evaluate({alive[0]: (ref, *self.ranges[w])})[alive[0]]
+            while replies[w] is None:  # a worker that died: its range goes to one that is alive
+                alive = [v for v in range(len(self.pool.workers)) if v not in getattr(self.pool, "dead", ())]
+                if not alive:
+                    raise RuntimeError("every worker died while evaluating the model")
+                replies[w] = self.pool.evaluate({alive[0]: (ref, *self.ranges[w])})[alive[0]]
         return combine([batch for w in sorted(replies) for batch in replies[w]], self.n)

@@ -46,6 +46,7 @@ def test_default_run_reaches_093_on_digits_with_one_row_per_round(default_ray):
 def test_inline_and_ray_backends_give_the_same_results(default_ray, results_dir):
     inline = run(results_dir / "inline")
     np.testing.assert_array_equal(inline["accuracy"], default_ray["accuracy"])
+    np.testing.assert_array_equal(inline["loss"], default_ray["loss"])
     np.testing.assert_array_equal(inline["bytes_up"], default_ray["bytes_up"])
     np.testing.assert_array_equal(inline["bytes_down"], default_ray["bytes_down"])
 

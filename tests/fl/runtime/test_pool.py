@@ -7,29 +7,62 @@ import fl
 from fl.rounds import plain
 
 
-def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
+def _digits_plan():
     from fl.data import load_dataset
     from fl.models import build_model
     from fl.plan import Plan
-    from fl.runtime.pool import RayPool
-    from fl.server import Broadcaster
 
     config = fl.config.validate(fl.compose(["model=mlp_small", "secagg=none"]))
     data = load_dataset(config.dataset, config.seed)
-    plan = Plan.build(config, [p.numel() for p in build_model(config.model, (64,), 10).parameters()])
+    return data, Plan.build(config, [p.numel() for p in build_model(config.model, (64,), 10).parameters()])
+
+
+def _kill(ray, actor):
+    ray.kill(actor)
+    for _ in range(200):  # ray.kill is asynchronous: wait until the actor is really gone
+        try:
+            ray.get(actor.stats.remote())
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+
+
+def test_the_test_split_of_a_dead_ray_worker_is_evaluated_by_a_live_one(ray_session):
+    """Digits' test split is one batch, so worker 0 alone evaluates it: when it dies, worker 1 must."""
+    from fl.runtime.pool import InlinePool, RayPool
+    from fl.simulation import Evaluator
+
+    data, plan = _digits_plan()
+    weights = np.random.default_rng(0).normal(0, 0.1, plan.length).astype(np.float32)
+    inline = InlinePool("cpu", 2)
+    try:
+        inline.attach(data, plan)
+        expected = Evaluator(inline, 2, len(data.y_test))(weights)
+    finally:
+        inline.close()
+    pool = RayPool("cpu", 2, 1.0, 0.0)
+    try:
+        pool.attach(data, plan)
+        evaluator = Evaluator(pool, 2, len(data.y_test))
+        assert list(evaluator.ranges) == [0]
+        _kill(ray_session, pool.workers[0])
+        assert evaluator(weights) == expected and pool.dead == {0}
+    finally:
+        pool.close()
+
+
+def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
+    from fl.runtime.pool import RayPool
+    from fl.server import Broadcaster
+
+    data, plan = _digits_plan()
     broadcast = Broadcaster(plan).encode(0, np.zeros(plan.length, np.float32))
     nobody = (broadcast, 0, [], None)  # a round's step for no client: only the worker's timings come back
     pool = RayPool("cpu", 2, 1.0, 0.0)
     try:
         pool.attach(data, plan)
         assert set(pool._shared) == {0, 1}  # both reply through shared memory (fl.runtime.transport)
-        ray_session.kill(pool.workers[0])
-        for _ in range(200):  # ray.kill is asynchronous: wait until the actor is really gone
-            try:
-                ray_session.get(pool.workers[0].stats.remote())
-            except ray_session.exceptions.RayActorError:
-                break
-            time.sleep(0.05)
+        _kill(ray_session, pool.workers[0])
         replies = pool.call(plain.client_round, {0: nobody, 1: nobody})
         assert replies[0] is None and replies[1] == ([], replies[1][1]) and replies[1][1]["state_bytes"] == 0
         pool.dead.clear()

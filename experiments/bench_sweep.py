@@ -4,7 +4,8 @@ Ray cluster (`ray.cluster_utils.Cluster`: two raylets on this machine), every ce
     python -m experiments.bench_sweep                  # the quick preset's 20 cells; prints the table
     python -m experiments.bench_sweep --check          # an 8-cell sweep on the cluster vs inline (the test's)
 
-Each sweep is one `python simulate.py -m ...` process, timed from its start to its exit (wall_s). first_cell_s =
+Each sweep is one `python simulate.py -m ...` process, timed from its start to its exit (wall_s: the median of
+3 repeats, inline and Ray alternating; walls_s lists them; the cluster sweeps once). first_cell_s =
 the first cell's start to its first round (Ray's and the pool's start where it has one); per_cell_overhead_s =
 the median over the later cells of a cell's wall (its start to the next cell's start) minus its rounds: what a
 warm cell costs beyond its rounds (not defined for a cluster's cells, which overlap). experiments.bench_sim puts
@@ -90,26 +91,39 @@ def timeline(results: Path) -> tuple[float, float]:
     return first, float(pd.Series(gaps).median()) if gaps else float("nan")
 
 
-def measure(overrides: list[str], modes: list[str], tmp: Path) -> list[dict]:
-    """Sweep `overrides` in each mode (inline, ray, cluster) and compare every cell with inline."""
-    out, reference = [], None
-    for mode in modes:
-        results = tmp / mode
-        results.mkdir(parents=True)
-        extra = {"inline": ["backend=inline"], "ray": ["backend=ray"]}.get(mode)
-        with (local_cluster() if mode == "cluster" else contextlib.nullcontext()) as address:
-            if mode == "cluster":
-                extra = ["backend=ray", "ray.num_workers=1", "hydra/launcher=ray_cells",
-                         f"hydra.launcher.address={address}"]
-            run = sweep([*overrides, *extra], results)
-        rows = cells(results)
-        reference = reference if reference is not None else rows
-        nodes = sorted(set(re.findall(r"on node ([0-9a-f]{8,})", run["output"])))
-        first, overhead = timeline(results)
-        out.append({"sweep": mode, "cells": len(rows), "equal_to_inline": equal_cells(reference, rows),
-                    "wall_s": run["wall_s"], "first_cell_s": first, "per_cell_overhead_s": overhead,
-                    "nodes": len(nodes) if mode == "cluster" else 1})
-        print(out[-1], flush=True)
+def measure(overrides: list[str], modes: list[str], tmp: Path, repeats: int = 1) -> list[dict]:
+    """Sweep `overrides` in each mode (inline, ray, cluster) and compare every cell with inline. With
+    `repeats` > 1 the inline and Ray sweeps alternate that many times (a shared machine's slow spells then
+    fall on both) and each row reports the medians, with every repeat's wall; the cluster sweeps once."""
+    runs: dict[str, list[dict]] = {mode: [] for mode in modes}
+    reference = None
+    for rep in range(repeats):
+        for mode in modes:
+            if mode == "cluster" and rep > 0:
+                continue
+            results = tmp / f"{mode}-{rep}"
+            results.mkdir(parents=True)
+            extra = {"inline": ["backend=inline"], "ray": ["backend=ray"]}.get(mode)
+            with (local_cluster() if mode == "cluster" else contextlib.nullcontext()) as address:
+                if mode == "cluster":
+                    extra = ["backend=ray", "ray.num_workers=1", "hydra/launcher=ray_cells",
+                             f"hydra.launcher.address={address}"]
+                run = sweep([*overrides, *extra], results)
+            rows = cells(results)
+            reference = reference if reference is not None else rows
+            nodes = sorted(set(re.findall(r"on node ([0-9a-f]{8,})", run["output"])))
+            first, overhead = timeline(results)
+            runs[mode].append({"cells": len(rows), "equal_to_inline": equal_cells(reference, rows),
+                               "wall_s": run["wall_s"], "first_cell_s": first, "per_cell_overhead_s": overhead,
+                               "nodes": len(nodes) if mode == "cluster" else 1})
+            print(mode, runs[mode][-1], flush=True)
+    out = []
+    for mode, done in runs.items():
+        frame = pd.DataFrame(done)
+        out.append({"sweep": mode, "cells": int(frame.cells.min()), "equal_to_inline": int(frame.equal_to_inline.min()),
+                    "wall_s": float(frame.wall_s.median()), "first_cell_s": float(frame.first_cell_s.median()),
+                    "per_cell_overhead_s": float(frame.per_cell_overhead_s.median()), "nodes": int(frame.nodes.max()),
+                    "walls_s": " ".join(f"{w:.1f}" for w in frame.wall_s)})
     inline = out[0]["wall_s"]
     for row in out:
         row["vs_inline"] = row["wall_s"] / inline
@@ -120,12 +134,13 @@ def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--check", action="store_true", help="the test's 8-cell sweep, inline and on the cluster")
     ap.add_argument("--modes", default="inline,ray,cluster")
+    ap.add_argument("--repeats", type=int, default=3, help="inline and Ray sweeps, alternating")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         if args.check:
             rows = measure(CHECK, ["inline", "cluster"], Path(tmp))
         else:
-            rows = measure(QUICK, args.modes.split(","), Path(tmp))
+            rows = measure(QUICK, args.modes.split(","), Path(tmp), args.repeats)
     table = pd.DataFrame(rows)
     print(table.to_markdown(index=False, floatfmt=".2f"))
     print("JSON " + json.dumps(rows))

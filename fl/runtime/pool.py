@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
+import numpy as np
+
 from fl.runtime.raystart import usable_cpus
 from fl.runtime.transport import CHUNK_BYTES, ReplyReader, remove_leftovers
 
@@ -94,8 +96,8 @@ class RemoteWorker:
         self.worker.close_replies()
 
 
-# A broadcast up to this size is sent inside each worker's call; larger ones are put in the object
-# store once and read by every worker.
+# A broadcast (or weights to evaluate) up to this size is sent inside each worker's call; larger ones are
+# put in the object store once and read by every worker.
 INLINE_BROADCAST_BYTES = 256 << 10
 
 
@@ -147,6 +149,8 @@ class RayPool:
         """A handle every worker's call can take: small data as is, large data as one object-store copy."""
         if isinstance(data, (bytes, bytearray)) and len(data) <= INLINE_BROADCAST_BYTES:
             return data
+        if isinstance(data, np.ndarray) and data.nbytes <= INLINE_BROADCAST_BYTES:
+            return data  # a small model's weights to evaluate: inside the call saves the store's put and get
         return self._ray.put(data)
 
     def call(self, step, args_per_worker: dict[int, tuple]) -> dict[int, object]:

@@ -24,6 +24,7 @@ import pandas as pd  # noqa: E402
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
            "secagg", "index_policy", "field_bits"]
 BASELINE = ["env", "dataset", "partition", "model"]
+UNRECORDED = "from before the code's commit was recorded"
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
 
 
@@ -47,7 +48,19 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     if "field_bits" not in rows:  # rows kept before the masked field's width was a column: none were masked
         rows["field_bits"] = np.nan
     rows["field_bits"] = pd.to_numeric(rows["field_bits"], errors="coerce")  # blank (not masked) -> NaN
+    if "code" not in rows:  # rows kept before the code's commit was a column
+        rows["code"] = UNRECORDED
+    rows["code"] = rows["code"].astype(object).fillna(UNRECORDED)
     return rows, incomplete
+
+
+def code_versions(rows: pd.DataFrame) -> str:
+    """Which code the runs came from (commit: runs), or '' when none recorded it (older rows)."""
+    counts = rows.groupby("code")["run_id"].nunique()
+    if set(counts.index) <= {UNRECORDED}:
+        return ""
+    return "; ".join(f"`{code}` {n} run{'s' * (n > 1)}" if code != UNRECORDED else f"{n} run{'s' * (n > 1)} {code}"
+                     for code, n in counts.sort_index().items())
 
 
 def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
@@ -86,7 +99,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str) -> str:
+def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "") -> str:
     lines = ["# Top-k results", "", f"Regenerate: `{command}`", "",
              "Final test accuracy: mean ± std over seeds. Field bits: the masked field's width (blank: not masked); "
              "runs that differ in it are never pooled. Bytes: per client per round, counted from the serialized "
@@ -97,6 +110,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              "client of the population (cumulative bytes, mean over those seeds).", ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
+    if code:
+        lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits | seeds | accuracy "
               "| Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
@@ -261,7 +276,8 @@ def main(argv=None) -> pd.DataFrame:
     out.mkdir(parents=True, exist_ok=True)
     t.to_csv(out / "topk_table.csv", index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
-    (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command))
+    (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command,
+                                                      code_versions(rows)))
     plot_accuracy_vs_ratio(runs, out / "accuracy_vs_ratio.png")
     plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
     plot_accuracy_vs_round(rows, out / "accuracy_vs_round.png")

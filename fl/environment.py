@@ -4,7 +4,11 @@ from __future__ import annotations
 import functools
 import os
 import platform
+import subprocess
 from pathlib import Path
+
+# the paths whose changes change what a run computes (results/ and docs/ do not)
+CODE_PATHS = ("fl", "compression", "secagg", "conf", "simulate.py", "experiments", "pyproject.toml")
 
 
 @functools.lru_cache(maxsize=1)
@@ -17,8 +21,31 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=4)
+def code_version(root: Path | None = None) -> str:
+    """The commit of the checkout the code runs from (12 hex digits), with `+modified` when the code differs from
+    it, so a table can say which code its rows came from; the package version outside a git checkout."""
+    root = Path(__file__).resolve().parent.parent if root is None else Path(root)
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=30,
+                              check=True).stdout.strip()
+
+    try:
+        commit = git("rev-parse", "--short=12", "HEAD")
+        changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+        return commit + ("+modified" if changed else "")
+    except (OSError, subprocess.SubprocessError):
+        from importlib import metadata
+
+        try:
+            return "fedsqueeze " + metadata.version("fedsqueeze")
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+
 def describe(device: str, backend: str, workers: int, torch_version: str) -> dict:
     """`torch_version`: the workers' (the driver of a Ray run does not import torch)."""
-    return {"env_cpu": cpu_model(), "env_cores": os.cpu_count(), "env_torch": torch_version,
+    return {"env_cpu": cpu_model(), "env_cores": os.cpu_count(), "env_torch": torch_version, "code": code_version(),
             "device": device, "backend": backend, "num_workers": workers,
             "env": f"{device}, {backend} x{workers}, {os.cpu_count()} cores, torch {torch_version}"}

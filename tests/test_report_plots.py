@@ -74,3 +74,21 @@ def test_masked_lines_of_different_field_widths_are_drawn_apart(tmp_path, monkey
     report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     lines = {label.rsplit(", ", 1)[-1]: y for label, x, y in drawn}
     assert lines["20-bit field"] == [0.60, 0.75, 0.80] and lines["12-bit field"] == [0.62, 0.74, 0.80]
+
+
+def test_the_table_names_the_code_of_its_runs_and_older_rows_say_they_did_not_record_it(tmp_path):
+    for name, code in (("a", "0123456789ab"), ("b", "0123456789ab"), ("c", None)):
+        run = tmp_path / name
+        run.mkdir()
+        frame = pd.DataFrame(_rows(name, 0, 20, 0.7))
+        if code is not None:
+            frame["code"] = code
+        frame.to_csv(run / "rounds.csv", index=False)
+        (run / "done.json").write_text("{}")
+    rows, _ = report.load([str(tmp_path)])
+    line = report.code_versions(rows)
+    assert line == f"`0123456789ab` 2 runs; 1 run {report.UNRECORDED}"
+    md = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd", line)
+    assert f"Code (commit; `+modified`: with changes not committed): {line}" in md
+    old, _ = report.load([str(tmp_path / "c")])
+    assert report.code_versions(old) == ""  # a table of older rows only is unchanged

@@ -1,0 +1,50 @@
+"""fl.environment.code_version: which code a run's rows came from, so a table can say it."""
+import re
+import subprocess
+
+import pytest
+
+from fl import environment
+
+
+def _git(root, *args):
+    return subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture
+def checkout(tmp_path):
+    (tmp_path / "fl").mkdir()
+    (tmp_path / "fl" / "core.py").write_text("x = 1\n")
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "table.md").write_text("| a |\n")
+    _git(tmp_path, "init", "-q")
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
+    environment.code_version.cache_clear()
+    yield tmp_path
+    environment.code_version.cache_clear()
+
+
+def test_a_clean_checkout_is_named_by_its_commit(checkout):
+    assert environment.code_version(checkout) == _git(checkout, "rev-parse", "HEAD")[:12]
+
+
+def test_changed_code_is_marked_modified_but_changed_results_and_new_files_are_not(checkout):
+    (checkout / "results" / "table.md").write_text("| b |\n")
+    (checkout / "results" / "run").mkdir()
+    (checkout / "results" / "run" / "rounds.csv").write_text("round\n")
+    commit = _git(checkout, "rev-parse", "HEAD")[:12]
+    assert environment.code_version(checkout) == commit
+    environment.code_version.cache_clear()
+    (checkout / "fl" / "core.py").write_text("x = 2\n")
+    assert environment.code_version(checkout) == commit + "+modified"
+
+
+def test_outside_a_checkout_it_is_the_package_version(tmp_path):
+    assert re.fullmatch(r"fedsqueeze \S+|unknown", environment.code_version(tmp_path))
+
+
+def test_every_row_of_a_run_names_its_code():
+    described = environment.describe("cpu", "inline", 1, "2")
+    assert described["code"] == environment.code_version()
+    assert re.fullmatch(r"[0-9a-f]{12}(\+modified)?|fedsqueeze \S+|unknown", described["code"])

@@ -12,12 +12,24 @@ CODE_PATHS = ("fl", "compression", "secagg", "conf", "simulate.py", "experiments
 
 
 @functools.lru_cache(maxsize=1)
-def cpu_model() -> str:
-    info = Path("/proc/cpuinfo")
+def cpu_model(info: Path = Path("/proc/cpuinfo")) -> str:
+    """The CPU's name with its family, model and widest vector unit: a virtual machine may name two CPU generations
+    alike ("AMD EPYC"), and their vector kernels round differently, so a rerun on the other one differs."""
     if info.exists():
+        fields: dict[str, str] = {}
         for line in info.read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            key, _, value = line.partition(":")
+            if not key.strip() and fields:
+                break  # the first processor's block is enough
+            fields.setdefault(key.strip(), value.strip())
+        if "model name" in fields:
+            flags = set(fields.get("flags", "").split())
+            vector = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sse4_2", "SSE4.2"))
+                           if flag in flags), None)
+            detail = [f"family {fields['cpu family']}, model {fields['model']}" if "cpu family" in fields else "",
+                      vector or ""]
+            detail = [d for d in detail if d]
+            return fields["model name"] + (f" ({'; '.join(detail)})" if detail else "")
     return platform.processor() or platform.machine()
 
 

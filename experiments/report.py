@@ -216,15 +216,20 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
 
 
 def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
-    """One panel per data, partition and model: test accuracy each round, mean over seeds, per setting."""
+    """One panel per data, partition and model (three to a row): test accuracy each round, mean over seeds, per
+    setting."""
     rows = rows.dropna(subset=["accuracy"])
     label = rows["compression"] + np.where(rows["compression"] == "none", "", " " + rows["ratio"].astype(str)) \
         + np.where(rows["secagg"] != "none", " + " + rows["secagg"], "") \
         + np.where(rows["error_feedback"].astype(bool) | (rows["compression"] == "none"), "", " no EF")
     rows = rows.assign(setting=label)
     panels = list(rows.groupby(["dataset", "partition", "model"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4.5), squeeze=False)
-    for ax, ((dataset, partition, model), g) in zip(axes[0], panels):
+    cols = min(len(panels), 3)
+    grid_rows = -(-len(panels) // cols)
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(5.5 * cols, 4.5 * grid_rows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, ((dataset, partition, model), g) in zip(axes.flat, panels):
         for name, c in g.groupby("setting"):
             curve = c.groupby("round")["accuracy"].mean()
             ax.plot(curve.index + 1, curve.to_numpy(), label=name, linewidth=1.2,
@@ -233,7 +238,8 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=6, ncol=2)
-    axes[0][0].set_ylabel("test accuracy (mean over seeds)")
+    for ax in axes[:, 0]:
+        ax.set_ylabel("test accuracy (mean over seeds)")
     fig.suptitle("Accuracy vs. round (dashed: masked)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -92,3 +92,18 @@ def test_the_table_names_the_code_of_its_runs_and_older_rows_say_they_did_not_re
     assert f"Code (commit; `+modified`: with changes not committed): {line}" in md
     old, _ = report.load([str(tmp_path / "c")])
     assert report.code_versions(old) == ""  # a table of older rows only is unchanged
+
+
+def test_round_curves_are_three_panels_to_a_row_one_per_model_and_partition(tmp_path, monkeypatch):
+    rows = pd.DataFrame([dict(r, model=m, partition=p, compression="none", secagg="none", ratio=1.0, error_feedback=True)
+                         for m in ("mlp_small", "lenet") for p in ("iid", "shards", "dirichlet")[:3 if m == "lenet" else 2]
+                         for r in _rows(f"{m}-{p}", 0, 20, 0.7)])
+    made = []
+    subplots = report.plt.subplots
+    monkeypatch.setattr(report.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
+    report.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
+    fig, axes = made[0]
+    assert axes.shape == (2, 3) and (tmp_path / "curves.png").stat().st_size > 0
+    visible = [ax.get_title() for ax in axes.flat if ax.get_visible()]
+    assert len(visible) == 5 and "lenet, fashion_mnist (dirichlet)" in visible
+    assert all(len(ax.get_lines()) == 1 for ax in axes.flat if ax.get_visible())

@@ -222,7 +222,8 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
     label = rows["compression"] + np.where(rows["compression"] == "none", "", " " + rows["ratio"].astype(str)) \
         + np.where(rows["secagg"] != "none", " + " + rows["secagg"], "") \
         + np.where(rows["error_feedback"].astype(bool) | (rows["compression"] == "none"), "", " no EF")
-    rows = rows.assign(setting=label)
+    length = rows.groupby("run_id")["round"].transform("max") + 1
+    rows = rows.assign(setting=label, length=length)
     panels = list(rows.groupby(["dataset", "partition", "model"]))
     cols = min(len(panels), 3)
     grid_rows = -(-len(panels) // cols)
@@ -230,10 +231,11 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax, ((dataset, partition, model), g) in zip(axes.flat, panels):
-        for name, c in g.groupby("setting"):
+        several = g["length"].nunique() > 1  # runs of different lengths are never averaged as seeds
+        for (name, rounds), c in g.groupby(["setting", "length"]):
             curve = c.groupby("round")["accuracy"].mean()
-            ax.plot(curve.index + 1, curve.to_numpy(), label=name, linewidth=1.2,
-                    linestyle="--" if "+" in name else "-")
+            ax.plot(curve.index + 1, curve.to_numpy(), label=f"{name} ({rounds} rounds)" if several else name,
+                    linewidth=1.2, linestyle="--" if "+" in name else "-")
         ax.set_title(f"{model}, {dataset} ({partition})", fontsize=9)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)

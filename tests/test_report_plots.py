@@ -107,3 +107,14 @@ def test_round_curves_are_three_panels_to_a_row_one_per_model_and_partition(tmp_
     visible = [ax.get_title() for ax in axes.flat if ax.get_visible()]
     assert len(visible) == 5 and "lenet, fashion_mnist (dirichlet)" in visible
     assert all(len(ax.get_lines()) == 1 for ax in axes.flat if ax.get_visible())
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # plot is replaced: nothing to put in a legend
+def test_round_curves_of_runs_of_different_lengths_are_drawn_apart(tmp_path, monkeypatch):
+    short = [dict(r, round=r["round"], accuracy=0.5) for r in _rows("short", 0, 20, 0.7)]
+    long = [dict(r, accuracy=0.9) for r in _rows("long", 0, 20, 0.7)] + \
+        [dict(_rows("long", 0, 20, 0.7)[0], round=2, accuracy=0.9)]
+    drawn = []
+    monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
+    report.plot_accuracy_vs_round(pd.DataFrame(short + long), tmp_path / "curves.png")
+    assert sorted(drawn) == [("topk 0.02 + dh (2 rounds)", [0.5, 0.5]), ("topk 0.02 + dh (3 rounds)", [0.9, 0.9, 0.9])]

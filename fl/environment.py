@@ -44,6 +44,8 @@ def code_version(root: Path | None = None) -> str:
                               check=True).stdout.strip()
 
     try:
+        if Path(git("rev-parse", "--show-toplevel")).resolve() != root.resolve():
+            raise subprocess.SubprocessError("installed inside another project's checkout")
         commit = git("rev-parse", "--short=12", "HEAD")
         changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
         return commit + ("+modified" if changed else "")

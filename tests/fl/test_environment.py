@@ -59,3 +59,9 @@ def test_the_cpu_is_named_with_its_generation_and_vector_unit(tmp_path):
         info.write_text(block.format(n=0, fam=fam, extra=extra) + block.format(n=1, fam=99, extra=""))
         assert environment.cpu_model(info) == expected
     assert environment.cpu_model(tmp_path / "absent")  # no /proc/cpuinfo: the platform's name
+
+
+def test_a_package_installed_inside_another_checkout_is_not_named_by_that_checkout(checkout):
+    inner = checkout / "venv" / "site-packages"
+    inner.mkdir(parents=True)
+    assert re.fullmatch(r"fedsqueeze \S+|unknown", environment.code_version(inner))

@@ -26,9 +26,8 @@ def cpu_model(info: Path = Path("/proc/cpuinfo")) -> str:
             flags = set(fields.get("flags", "").split())
             vector = next((name for flag, name in (("avx512f", "AVX-512"), ("avx2", "AVX2"), ("sse4_2", "SSE4.2"))
                            if flag in flags), None)
-            detail = [f"family {fields['cpu family']}, model {fields['model']}" if "cpu family" in fields else "",
-                      vector or ""]
-            detail = [d for d in detail if d]
+            detail = [f"family {fields['cpu family']}, model {fields['model']}"] if "cpu family" in fields else []
+            detail += [vector] if vector else []
             return fields["model name"] + (f" ({'; '.join(detail)})" if detail else "")
     return platform.processor() or platform.machine()
 

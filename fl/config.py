@@ -32,6 +32,7 @@ class FLConfig:
     momentum: float = 0.0           # local SGD momentum (buffers restart with each client's training)
     weight_decay: float = 0.0       # local SGD L2 weight decay
     eval_every: int = 1
+    eval_overlap: bool = True       # evaluate round r in round r+1's training call (fl.evaluation): same figures
 
 
 @dataclass

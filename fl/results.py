@@ -29,7 +29,8 @@ COLUMNS = [
     "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "catchups", "rejected", "aborted",
     "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask",
     "dropped_masked_sketch", "dropped_unmask_sketch", "late_ignored",
-    "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode", "t_evaluate", "t_round",
+    "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode", "t_evaluate", "t_evaluate_carried",
+    "t_round",
     "t_step_advertise", "t_step_share_keys", "t_step_masked_sketch", "t_step_unmask_sketch", "t_step_masked_input",
     "t_step_unmask", "field_bits",
     "state_bytes", "driver_peak_mb", "worker_peak_mb",
@@ -38,11 +39,13 @@ COLUMNS = [
 
 
 # Keys added after results were committed, left out of the hash at the value that reproduces those results
-# (so a finished run is still found); and keys that say where files are found, not what is computed.
+# (so a finished run is still found); and keys that say where files are found or when evaluation runs, not
+# what is computed.
 NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("model", "padding"): "same",
            ("compression", "sketch_quant_bits"): None, ("compression", "fresh_summary"): "blocks",
            ("compression", "block_size"): 64, ("dataset", "labels_per_client"): 2}
-WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"))
+WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"),
+              ("fl", "eval_overlap"))  # when evaluation runs, not what it computes
 FIELD_KEYS = ("quant_bits", "bits")  # the masked field's widths: they compute nothing without masking
 # how a masked round chooses its shared index set: nothing without masking and client compression
 SHARED_INDEX_KEYS = ("index_policy", "sketch_rows", "sketch_cols_per_k", "prev_topk_random", "sketch_quant_bits",

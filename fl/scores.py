@@ -8,6 +8,8 @@ from __future__ import annotations
 
 ONE_PASS = 1024
 EVAL_BATCH = 256
+# keys of a worker's timings that carry an evaluation's batches and its seconds (fl.evaluation)
+EVALUATED, EVALUATED_SECONDS = "evaluated", "evaluated_s"
 
 
 def n_batches(n: int, batch_size: int = EVAL_BATCH) -> int:

@@ -3,6 +3,8 @@
 The cohort is drawn from a seeded generator and each client is owned by one worker (client id modulo the
 pool size), so results do not depend on the number of workers. The round's kind (fl.rounds.plain or
 fl.rounds.masked) owns both halves of its exchanges; the Server owns what persists between rounds.
+With `fl.eval_overlap` a round's evaluation rides on the next round's training call (fl.evaluation) and
+its row is written once that call is back: a round late, with the same figures.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from tqdm import tqdm
 
 from fl import environment, seeds
 from fl.data import client_partitions, partition_summary
+from fl.evaluation import CarriedEvaluation, Evaluator
 from fl.plan import Plan, model_section
 from fl.results import RunLog
 from fl.rounds import masked, plain
@@ -23,7 +26,6 @@ from fl.rounds.exchange import Tally
 from fl.runtime import warm
 from fl.runtime.pool import make_pool, pool_size
 from fl.server import Server
-from fl.scores import combine, n_batches
 
 
 def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loading,
@@ -55,6 +57,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     static = static_columns(cfg, plan, log.run_id, chash, size, torch_version)
     # read every round, so as plain values: an OmegaConf lookup costs microseconds
     seed, rounds, eval_every = int(cfg.seed), int(cfg.fl.rounds), int(cfg.fl.eval_every)
+    overlap = bool(cfg.fl.eval_overlap)
     num_clients, clients_per_round = int(cfg.fl.num_clients), int(cfg.fl.clients_per_round)
     log.start(cfg_dict)
     summary.to_csv(log.dir / "partitions.csv")  # per-client sample and class counts, once per run
@@ -62,44 +65,76 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                f"{summary['samples'].max()}, classes per client {summary['classes'].min()}-{summary['classes'].max()}")
     rows = []
     timeline = {"rounds_started_at": time.time()}  # wall clock (Unix seconds): start-up and exit are measured from it
+    samples = summary["samples"].to_numpy()
+    train_seconds = 0.0  # a training sample's seconds (all local epochs), last measured: 0 until then
+    waiting = None  # (row, tally, cohort size, weights) of the round whose evaluation the next one carries
     try:
         bar = tqdm(range(rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
             t_round = time.perf_counter()
             row = dict(static, round=r, rejected=0, aborted=False, dropped=0, t_setup=t_setup if r == 0 else 0.0)
             server.forget(pool.revive())  # a dead worker is replaced; its clients' state is lost, as on a device
-            stats: dict[str, float] = defaultdict(float)
+            stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0)  # the column is in every row
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
             for cid in cohort:
                 by_worker[cid % size].append(cid)  # sticky: a client's state stays with one worker
 
+            carried = None
+            if waiting is not None:  # the last round's evaluation, shared out by this round's training load
+                carried = CarriedEvaluation(evaluator, waiting[3], {
+                    w: train_seconds * float(samples[cs].sum()) for w, cs in by_worker.items()})
             t0 = time.perf_counter()
             delivery, down, row["catchups"] = server.broadcast(r, cohort, by_worker, pool.put)
             stats["t_broadcast"] = time.perf_counter() - t0
             tally = Tally(row, stats, down)
             if plan.masked:
-                if not masked.run(server, pool, tally, r, chash, cohort, by_worker, delivery, log.run_id):
+                if not masked.run(server, pool, tally, r, chash, cohort, by_worker, delivery, log.run_id, carried):
                     server.aborted(r)
             else:
-                plain.run(server, pool, tally, r, by_worker, delivery)
+                plain.run(server, pool, tally, r, by_worker, delivery, carried)
+            if stats["t_train"] > 0:
+                train_seconds = stats["t_train"] / float(samples[cohort].sum())
+            if waiting is not None:
+                _log_evaluated(log, rows, bar, waiting, carried)
+                waiting = None
 
             t0 = time.perf_counter()
             if r % eval_every == 0 or r == rounds - 1:
-                row["accuracy"], row["loss"] = evaluator(server.weights)
+                if overlap and r < rounds - 1 and evaluator.batch_seconds > 0 and train_seconds > 0:
+                    waiting = (row, tally, len(cohort), server.weights)  # carried by round r + 1
+                else:
+                    row["accuracy"], row["loss"] = evaluator(server.weights)
             stats["t_evaluate"] = time.perf_counter() - t0
-            log_round(log, rows, row, tally, len(cohort), time.perf_counter() - t_round)
-            if "accuracy" in row:
-                bar.set_postfix(acc=f"{row['accuracy']:.3f}", up=f"{row['bytes_up'] / 1e6:.2f}MB",
-                                down=f"{tally.down / 1e6:.2f}MB", refresh=False)  # redrawn at most every 0.5 s
+            row["t_round"] = time.perf_counter() - t_round
+            if waiting is None:
+                _log(log, rows, bar, row, tally, len(cohort))
         bar.close()
         timeline["rounds_ended_at"] = time.time()
     except BaseException as err:
+        if waiting is not None:  # the round's row is kept, without the evaluation it was waiting for
+            log_round(log, rows, *waiting[:3], waiting[0]["t_round"])
         log.fail(f"{type(err).__name__}: {err}")  # a crashed cell is recorded beside its rows, never silent
         raise
     finally:
         log.close()
     return finish(log, rows, timeline)
+
+
+def _log_evaluated(log: RunLog, rows: list, bar, waiting, carried: CarriedEvaluation) -> None:
+    """The waiting row, with its evaluation carried by this round (and what did not come back evaluated now)."""
+    row, tally, cohort_size, _ = waiting
+    row["accuracy"], row["loss"], seconds = carried.result()
+    tally.stats["t_evaluate"] += seconds
+    tally.stats["t_evaluate_carried"] = carried.worker_seconds
+    _log(log, rows, bar, row, tally, cohort_size)
+
+
+def _log(log: RunLog, rows: list, bar, row: dict, tally: Tally, cohort_size: int) -> None:
+    log_round(log, rows, row, tally, cohort_size, row["t_round"])
+    if "accuracy" in row:
+        bar.set_postfix(acc=f"{row['accuracy']:.3f}", up=f"{row['bytes_up'] / 1e6:.2f}MB",
+                        down=f"{tally.down / 1e6:.2f}MB", refresh=False)  # redrawn at most every 0.5 s
 
 
 def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int, torch_version: str) -> dict:
@@ -134,27 +169,3 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
     return frame
-
-
-class Evaluator:
-    """Accuracy and loss on the test split, evaluated by the workers in parallel, each a range of whole
-    batches (one worker where the split is one batch), summed in batch order: the same figures as one
-    process evaluating it all. Ranges of a worker that died go to one that is alive (on a split of one batch,
-    the only worker evaluating may be the one that died)."""
-
-    def __init__(self, pool, size: int, n_test: int):
-        self.pool, self.n = pool, n_test
-        batches = n_batches(n_test)
-        bounds = np.linspace(0, batches, min(size, batches) + 1).round().astype(int)
-        self.ranges = {w: (int(a), int(b)) for w, (a, b) in enumerate(zip(bounds, bounds[1:]))}
-
-    def __call__(self, weights: np.ndarray) -> tuple[float, float]:
-        ref = self.pool.put(weights)
-        replies = self.pool.evaluate({w: (ref, a, b) for w, (a, b) in self.ranges.items()})
-        for w in [w for w in self.ranges if replies[w] is None]:
-            while replies[w] is None:  # a worker that died: its range goes to one that is alive
-                alive = [v for v in range(len(self.pool.workers)) if v not in getattr(self.pool, "dead", ())]
-                if not alive:
-                    raise RuntimeError("every worker died while evaluating the model")
-                replies[w] = self.pool.evaluate({alive[0]: (ref, *self.ranges[w])})[alive[0]]
-        return combine([batch for w in sorted(replies) for batch in replies[w]], self.n)

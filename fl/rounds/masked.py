@@ -284,9 +284,10 @@ class _Steps:
         self.drops = dict.fromkeys(names, 0)
         self.started: dict[str, float] = {}
 
-    def run(self, step, name: str, args_for, message_bytes: float = 0.0):
+    def run(self, step, name: str, args_for, message_bytes: float = 0.0, carried=None):
         """Inject this step's dropouts, call the workers of the clients still alive, and yield their messages
-        in client-id order as they arrive; a client whose message does not come is lost."""
+        in client-id order as they arrive; a client whose message does not come is lost. `carried`: the
+        previous round's evaluation, run by the workers after this step."""
         self.started[name] = time.perf_counter()
         if name != "advertise" and self.dropout > 0:
             gone = {c for c in sorted(self.alive) if self.rng.random() < self.dropout}
@@ -295,7 +296,7 @@ class _Steps:
         called = {w: [c for c in cs if c in self.alive] for w, cs in self.by_worker.items()}
         calls = {w: a for w, cs in called.items() if (a := args_for(w, cs)) is not None}
         lost = set()
-        for cid, msg in exchange(self.pool, step, calls, called, self.tally.stats, message_bytes):
+        for cid, msg in exchange(self.pool, step, calls, called, self.tally.stats, message_bytes, carried):
             if msg is None or msg is WORKER_DIED:
                 lost.add(cid)
             elif msg == REFUSED:  # its own update was invalid: rejected, never aggregated
@@ -344,10 +345,11 @@ class _Steps:
 
 
 def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker: dict[int, list[int]],
-        delivery, run_id: str) -> bool:
+        delivery, run_id: str, carried=None) -> bool:
     """The server half of one masked round; returns whether it was applied (False: aborted below t, and
     the model is unchanged). A worker that dies drops its clients. Under `fresh` the round has two masked
-    exchanges (sketch, then values), each its own protocol instance; their keys travel together."""
+    exchanges (sketch, then values), each its own protocol instance; their keys travel together. `carried`:
+    the previous round's evaluation, run by the workers after the step that trains."""
     plan = server.plan
     fresh = server.policy is not None and server.policy.fresh
     if fresh:
@@ -387,7 +389,8 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
 
         first = aggs[0]
         for cid, msg in steps.run(masked_sketch if fresh else masked_input, "masked_sketch" if fresh else
-                                  "masked_input", first_args, wire.masked_bytes(first.length, first.layout.bits) + 256):
+                                  "masked_input", first_args, wire.masked_bytes(first.length, first.layout.bits) + 256,
+                                  carried):
             tally.up_payload += len(msg)
             tally.up_sketch += len(msg) if fresh else 0
             steps.take(first.add, cid, msg)

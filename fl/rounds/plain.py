@@ -81,9 +81,10 @@ def _payload_bound(codec, length: int) -> int | None:
         return None
 
 
-def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], delivery) -> None:
+def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], delivery, carried=None) -> None:
     """One exchange: the server sums the updates in client-id order as they arrive and applies their mean.
-    A malformed or non-finite update is rejected and never aggregated; the round goes on without it."""
+    A malformed or non-finite update is rejected and never aggregated; the round goes on without it.
+    `carried`: the previous round's evaluation, which the workers run after training (fl.evaluation)."""
     length = server.plan.length
     calls = {}
     for w, clients in by_worker.items():
@@ -91,7 +92,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
         calls[w] = (ref, r, clients, catchup)
     agg = PlainAggregator(r, length, _payload_bound(server.plan.client_codec, length))
     # a bound per message: dense is 4 bytes an entry, and top-k's bitmap near ratio 1 adds n/8
-    for cid, msg in exchange(pool, client_round, calls, by_worker, tally.stats, 4.125 * length + 256):
+    for cid, msg in exchange(pool, client_round, calls, by_worker, tally.stats, 4.125 * length + 256, carried):
         if msg is WORKER_DIED:
             tally.row["dropped"] += 1
             continue

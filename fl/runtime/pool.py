@@ -13,6 +13,11 @@ from fl.runtime.raystart import usable_cpus
 from fl.runtime.transport import CHUNK_BYTES, ReplyReader, remove_leftovers
 
 
+def _no_evaluation(w: int) -> None:
+    """No evaluation carried by a call."""
+    return None
+
+
 def pool_size(cfg) -> int:
     wanted = cfg.ray.num_workers or usable_cpus()
     return max(1, min(int(wanted), cfg.fl.clients_per_round))
@@ -39,13 +44,16 @@ class InlinePool:
     def put(self, data):
         return data
 
-    def call(self, step, args_per_worker: dict[int, tuple]) -> dict[int, object]:
-        """Client step `step` on each worker: its ([(client id, message)], timings)."""
-        return {w: self.workers[w].run(step, *args) for w, args in args_per_worker.items()}
+    def call(self, step, args_per_worker: dict[int, tuple], carried=_no_evaluation) -> dict[int, object]:
+        """Client step `step` on each worker: its ([(client id, message)], timings). `carried(w)`: keyword
+        arguments of an evaluation worker w runs after the step (fl.evaluation.CarriedEvaluation.spec)."""
+        return {w: self.workers[w].run(step, *args, **(carried(w) or {})) for w, args in args_per_worker.items()}
 
-    def stream(self, step, args_per_worker: dict[int, tuple], chunk_bytes: int = CHUNK_BYTES) -> dict[int, Iterator]:
+    def stream(self, step, args_per_worker: dict[int, tuple], chunk_bytes: int = CHUNK_BYTES,
+               carried=_no_evaluation) -> dict[int, Iterator]:
         """Per worker, the chunks of messages and then the timings of `step` (run lazily, as they are asked for)."""
-        return {w: self.workers[w].stream(step, *args, chunk_bytes=chunk_bytes) for w, args in args_per_worker.items()}
+        return {w: self.workers[w].stream(step, *args, chunk_bytes=chunk_bytes, **(carried(w) or {}))
+                for w, args in args_per_worker.items()}
 
     def evaluate(self, args_per_worker: dict[int, tuple]) -> dict[int, object]:
         return {w: self.workers[w].evaluate(*args) for w, args in args_per_worker.items()}
@@ -77,11 +85,11 @@ class RemoteWorker:
     def initial_model(self, *args) -> dict:
         return self.worker.initial_model(*args)
 
-    def run(self, step, *args, packed: bool = False):
-        return self.worker.run(step, *args, packed=packed)
+    def run(self, step, *args, packed: bool = False, **carried):
+        return self.worker.run(step, *args, packed=packed, **carried)
 
-    def stream(self, step, *args, chunk_bytes: int = CHUNK_BYTES):
-        yield from self.worker.stream(step, *args, chunk_bytes=chunk_bytes)
+    def stream(self, step, *args, chunk_bytes: int = CHUNK_BYTES, **carried):
+        yield from self.worker.stream(step, *args, chunk_bytes=chunk_bytes, **carried)
 
     def evaluate(self, *args):
         return self.worker.evaluate(*args)
@@ -153,11 +161,13 @@ class RayPool:
             return data  # a small model's weights to evaluate: inside the call saves the store's put and get
         return self._ray.put(data)
 
-    def call(self, step, args_per_worker: dict[int, tuple]) -> dict[int, object]:
+    def call(self, step, args_per_worker: dict[int, tuple], carried=_no_evaluation) -> dict[int, object]:
         """Client step `step`, one call per worker; a worker whose actor died answers None (its clients
-        count as dropped). Workers on this machine write their messages to shared memory."""
+        count as dropped). Workers on this machine write their messages to shared memory. `carried(w)`:
+        keyword arguments of an evaluation worker w runs after the step (their weights reach it resolved)."""
         shared = {w for w in args_per_worker if w in self._shared}
-        refs = {w: self.workers[w].run.remote(step, *args, packed=w in shared) for w, args in args_per_worker.items()}
+        refs = {w: self.workers[w].run.remote(step, *args, packed=w in shared, **(carried(w) or {}))
+                for w, args in args_per_worker.items()}
         out = self._gather(refs)
         for w in refs:
             if w in shared and out[w] is not None:  # copied out now: the worker reuses its buffer at its next call
@@ -181,11 +191,12 @@ class RayPool:
                     out[w] = None
         return out
 
-    def stream(self, step, args_per_worker: dict[int, tuple], chunk_bytes: int = CHUNK_BYTES) -> dict[int, Iterator]:
+    def stream(self, step, args_per_worker: dict[int, tuple], chunk_bytes: int = CHUNK_BYTES,
+               carried=_no_evaluation) -> dict[int, Iterator]:
         """Per worker, the chunks of messages and then the timings of `step`, as they arrive (Ray streaming
         generators: each chunk travels as soon as the worker yields it). A worker whose actor dies yields
         None and stops (its remaining clients count as dropped)."""
-        generators = {w: self.workers[w].stream.remote(step, *args, chunk_bytes=chunk_bytes)
+        generators = {w: self.workers[w].stream.remote(step, *args, chunk_bytes=chunk_bytes, **(carried(w) or {}))
                       for w, args in args_per_worker.items()}
         return {w: self._items(w, generator) for w, generator in generators.items()}
 

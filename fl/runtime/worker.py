@@ -10,6 +10,7 @@ from __future__ import annotations
 import gc
 import os
 import resource
+import time
 import warnings
 from collections import defaultdict
 
@@ -26,6 +27,7 @@ from fl.data import Dataset, partition
 from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
 from fl.runtime.raystart import in_ray_worker as _in_ray_worker
 from fl.runtime.transport import CHUNK_BYTES, ReplyBuffer
+from fl.scores import EVALUATED, EVALUATED_SECONDS
 from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
 
@@ -131,14 +133,17 @@ class Worker:
 
     # --- running client steps ----------------------------------------------------------------------
 
-    def run(self, step, *args, packed: bool = False):
+    def run(self, step, *args, packed: bool = False, eval_weights=None, eval_batches=None):
         """Run client step `step(worker, *args, t)` for this worker's clients: ([(client id, message or
-        None)], timings). `packed`: the messages go to the shared buffer, and only where they lie comes back."""
+        None)], timings). `packed`: the messages go to the shared buffer, and only where they lie comes back.
+        With `eval_weights`, the worker then evaluates test batches `eval_batches` (first, stop) under them
+        (the previous round's evaluation, fl.evaluation.CarriedEvaluation); they come back in the timings."""
         t = defaultdict(float)
         out = list(step(self, *args, t))
-        return (self.replies.pack(out) if packed else out), dict(t)
+        timings = self._carried(dict(t), eval_weights, eval_batches)
+        return (self.replies.pack(out) if packed else out), timings
 
-    def stream(self, step, *args, chunk_bytes: int = CHUNK_BYTES):
+    def stream(self, step, *args, chunk_bytes: int = CHUNK_BYTES, eval_weights=None, eval_batches=None):
         """As `run`, yielding the messages in chunks of about `chunk_bytes` as they are ready, then the
         timings: the server sums while this worker trains the next clients."""
         t = defaultdict(float)
@@ -151,7 +156,15 @@ class Worker:
                 chunk, size = [], 0
         if chunk:
             yield chunk
-        yield dict(t)
+        yield self._carried(dict(t), eval_weights, eval_batches)
+
+    def _carried(self, timings: dict, weights, batches) -> dict:
+        """The step's timings, with the carried evaluation's batches and seconds where there is one."""
+        if weights is not None:
+            t0 = time.perf_counter()
+            timings[EVALUATED] = self.evaluate(weights, *batches)
+            timings[EVALUATED_SECONDS] = time.perf_counter() - t0
+        return timings
 
     # --- replies through shared memory (fl.runtime.transport) ---------------------------------------
 

@@ -142,8 +142,8 @@ def test_streamed_replies_in_small_chunks_give_the_same_results_as_one_reply(tmp
     streamed = []
     for cls in (InlinePool, RayPool):
         original = cls.stream
-        monkeypatch.setattr(cls, "stream", lambda self, step, args, chunk, _o=original: streamed.append(step.__name__)
-                            or _o(self, step, args, chunk))
+        monkeypatch.setattr(cls, "stream", lambda self, step, args, chunk, _o=original, **kw:
+                            streamed.append(step.__name__) or _o(self, step, args, chunk, **kw))
     # with dh, 10% of the clients drop at each step: lost messages in the middle of a stream
     settings = (f"secagg={secagg}", "secagg.dropout=0.1") if secagg == "dh" else ("secagg=none",)
     whole = small(tmp_path / "whole", *settings, backend=backend)
@@ -169,26 +169,29 @@ def test_rerunning_a_finished_configuration_skips_it_and_keeps_its_rows(tmp_path
     np.testing.assert_array_equal(first["accuracy"], second["accuracy"])
 
 
-def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_path, monkeypatch):
+@pytest.mark.parametrize("overlap", ["true", "false"])
+def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_path, monkeypatch, overlap):
+    """Killed in round 2: rounds 0 and 1 are on disk. With the evaluation carried, round 1's row was waiting for
+    round 2 to bring its evaluation: it is written without it."""
     import fl.simulation as sim
 
-    calls = {"n": 0}
-    original = sim.Evaluator.__call__
+    original = sim.Server.broadcast
 
-    def crash_on_third(*a, **kw):
-        calls["n"] += 1
-        if calls["n"] == 3:
+    def crash_in_round_2(self, r, *a, **kw):
+        if r == 2:
             raise RuntimeError("killed")
-        return original(*a, **kw)
+        return original(self, r, *a, **kw)
 
-    monkeypatch.setattr(sim.Evaluator, "__call__", crash_on_third)
+    monkeypatch.setattr(sim.Server, "broadcast", crash_in_round_2)
     with pytest.raises(RuntimeError, match="killed"):
-        small(tmp_path)
+        small(tmp_path, f"fl.eval_overlap={overlap}")
     folder = next(tmp_path.iterdir())
-    assert len(pd.read_csv(folder / "rounds.csv")) == 2 and not (folder / "done.json").exists()
-    monkeypatch.setattr(sim.Evaluator, "__call__", original)
-    rows = small(tmp_path)
-    assert len(rows) == 3 and (folder / "done.json").exists()
+    kept = pd.read_csv(folder / "rounds.csv")
+    assert list(kept["round"]) == [0, 1] and not (folder / "done.json").exists()
+    assert kept["accuracy"].notna().tolist() == [True, overlap == "false"]
+    monkeypatch.setattr(sim.Server, "broadcast", original)
+    rows = small(tmp_path, f"fl.eval_overlap={overlap}")
+    assert len(rows) == 3 and (folder / "done.json").exists() and rows["accuracy"].notna().all()
     kept = list(folder.glob("rounds.incomplete-*.csv"))
     assert len(kept) == 1 and len(pd.read_csv(kept[0])) == 2
 
@@ -265,8 +268,8 @@ def test_a_worker_that_dies_mid_round_drops_its_clients_and_the_round_recovers(t
 
     original = InlinePool.call
 
-    def worker_1_dies_at_masked_input(self, step, args):
-        replies = original(self, step, args)
+    def worker_1_dies_at_masked_input(self, step, args, **kw):
+        replies = original(self, step, args, **kw)
         if step is masked.masked_values and 1 in replies:
             replies[1] = None
         return replies

@@ -4,10 +4,8 @@
     python -m experiments.bench_sim --quick    # N = 10 and 100 only
 
 Each cell runs in its own process (clean memory figures, a fresh Ray start) on digits (three cells on
-Fashion-MNIST: lenet, 100 clients, 10 a round, 41 rounds of seed 0, evaluated every round with the evaluation
-carried by the next round's training, `fl.eval_overlap`; evaluated every round after the round; evaluated only at
-the first and last; mean_round_s = the mean wall of rounds 2..R-2, so evaluation's share of a round is
-1 - unevaluated / evaluated) with Ray workers
+Fashion-MNIST, lenet, 100 clients, 10 a round, 61 rounds of seed 0, for evaluation's share of a round: see
+`evaluation_share`) with Ray workers
 (one per core). round_s is the median wall time of rounds 2..R (R = 5; 3 at N = 1000; 30 in the N = 50
 goal cell, so that its medians hold still on a shared machine; that cell runs in three processes and the one
 with the median share is reported, share_runs listing all three); train_s the local-training seconds inside
@@ -48,12 +46,31 @@ from fl.environment import cpu_model
 # The start-up goal's cell: its whole `python simulate.py` command is timed too.
 N10_GOAL = {"clients": 10, "model": "mlp_small", "secagg": "none", "compression": "none"}
 # Evaluation's share of a real-data round: lenet on Fashion-MNIST, 100 clients, 10 a round, on the 10,000 test
-# images (skipped where the data is not installed). Three runs of one seed, so of the same cohorts: evaluated every
-# round with the evaluation carried by the next round's training (the default), evaluated every round after the
-# round (the baseline, as before `fl.eval_overlap`), and evaluated only at the first and last rounds.
+# images (skipped where the data is not installed). Three runs of one seed, so of the same cohorts, each round of
+# one paired with the same round of the others: evaluated every other round with the evaluation carried by the
+# next round's training (the default), the same with the evaluation after its own round (the baseline, as before
+# `fl.eval_overlap`), and evaluated only at the first and last rounds (`evaluation_share` says how they combine).
 FMNIST_EVAL = {"clients": 100, "clients_per_round": 10, "model": "lenet", "dataset": "fashion_mnist",
-               "secagg": "none", "compression": "none", "rounds": 41, "seed": 0, "extra": "fl.local_epochs=1"}
-FMNIST_RUNS = {"carried": "", "after": " fl.eval_overlap=false", "none": " fl.eval_every=1000"}
+               "secagg": "none", "compression": "none", "rounds": 61, "seed": 0, "extra": "fl.local_epochs=1"}
+FMNIST_RUNS = {"carried": " fl.eval_every=2", "after": " fl.eval_every=2 fl.eval_overlap=false",
+               "none": " fl.eval_every=1000"}
+
+
+def evaluation_share(evaluated: list[float], plain: list[float], carried: bool) -> tuple[float, float, float]:
+    """What evaluation adds to a round, from two runs of the same cohorts: `evaluated` evaluates every other
+    round (even rounds; with `carried` the evaluation's work is in the odd round after), `plain` never (but at
+    the first and last rounds). Per round d = evaluated - plain; the rounds that do the work minus those that do
+    not, mean against mean, so that a machine slowing or speeding up between the runs cancels (the two kinds of
+    round alternate) and so does the cohort (the runs pair round by round). Rounds 0, 1 and the last are left out.
+    Returns (seconds added, share of an evaluating round, mean evaluating round)."""
+    d = [(r, e - p) for r, (e, p) in enumerate(zip(evaluated, plain)) if 2 <= r < len(evaluated) - 1]
+    working = 1 if carried else 0
+    busy = [x for r, x in d if r % 2 == working]
+    idle = [x for r, x in d if r % 2 != working]
+    added = sum(busy) / len(busy) - sum(idle) / len(idle)
+    rounds = [evaluated[r] for r, _ in d if r % 2 == working]
+    with_eval = sum(rounds) / len(rounds)
+    return added, added / with_eval, with_eval
 
 
 def available_datasets() -> set[str]:
@@ -85,7 +102,7 @@ def cells(quick: bool):
     yield {"clients": 50, "model": "mlp_small", "secagg": "none", "compression": "none", "rounds": 30, "repeats": 3}
     if FMNIST_EVAL["dataset"] in available_datasets():  # real data with partial participation: evaluation's share
         for extra in FMNIST_RUNS.values():
-            yield dict(FMNIST_EVAL, extra=FMNIST_EVAL["extra"] + extra)
+            yield dict(FMNIST_EVAL, extra=FMNIST_EVAL["extra"] + extra, keep_rounds=True)
     if not quick:  # state that scales: 1000 clients' error-feedback residuals of the 501k-parameter MLP
         yield {"clients": 1000, "model": "mlp_large", "secagg": "none", "compression": "topk",
                "extra": "compression.ratio=0.1 compression.residual_dtype=float16"}
@@ -132,11 +149,11 @@ def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
     # evaluation after the round, plus a worker's share of an evaluation carried by the next round's training
     carried = rows["t_evaluate_carried"].fillna(0) if "t_evaluate_carried" in rows else 0 * rows["t_evaluate"]
     evaluate_s = float((steady["t_evaluate"] + carried.iloc[1:] / workers).median())
-    inner = rows.iloc[2:-1]  # round 1 carries round 0's evaluation in no run; the last round evaluates after itself
     client_work_s = median("t_sync", "t_encode", "t_mask", per=workers)
     return dict(cell, rounds=rounds, round_s=round_s, train_s=train_s, overhead_share=1 - train_s / round_s,
                 server_s=server_s, evaluate_s=evaluate_s, evaluate_share=evaluate_s / round_s,
-                mean_round_s=float(inner["t_round"].mean()), evaluate_worker_s=float(carried.iloc[1:-1].median()),
+                evaluate_worker_s=float(carried[carried > 0].median()) if (carried > 0).any() else 0.0,
+                **({"round_times": " ".join(f"{t:.4f}" for t in rows["t_round"])} if cell.get("keep_rounds") else {}),
                 client_work_s=client_work_s,
                 rest_s=round_s - train_s - server_s - evaluate_s - client_work_s,
                 first_round_s=float(rows["t_setup"].iloc[0] + rows["t_round"].iloc[0]), run_s=run_s,
@@ -185,6 +202,7 @@ def main(argv=None) -> pd.DataFrame:
         print(row, flush=True)
         out_rows.append(row)
     table = pd.DataFrame(out_rows)
+    fmnist_shares(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(out.with_suffix(".csv"), index=False)
@@ -197,11 +215,28 @@ def main(argv=None) -> pd.DataFrame:
           f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: other jobs share this machine, so "
           "expect about ±20% between runs.", "",
           __doc__.split("\n\n", 2)[2].strip(), "", *goals(table), *sweep_goals(single, sweeps), "",
-          table.to_markdown(index=False, floatfmt=".3f"), "", *single_run_lines(single), "",
+          table.drop(columns=["round_times", "keep_rounds"], errors="ignore").to_markdown(index=False, floatfmt=".3f"), "", *single_run_lines(single), "",
           *sweep_lines(sweeps, args.quick)]
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return table
+
+
+def fmnist_shares(table: pd.DataFrame) -> None:
+    """The Fashion-MNIST cells' evaluate_s and evaluate_share: what evaluation adds to a round, paired with
+    the unevaluated run (`evaluation_share`), in place of the per-cell median."""
+    if "round_times" not in table:
+        return
+    rows = {name: table.index[(table.get("dataset") == "fashion_mnist") & (table.extra == FMNIST_EVAL["extra"] + x)]
+            for name, x in FMNIST_RUNS.items()}
+    if not all(len(index) == 1 for index in rows.values()):
+        return
+    plain = [float(t) for t in table.at[rows["none"][0], "round_times"].split()]
+    for name, carried in (("carried", True), ("after", False)):
+        i = rows[name][0]
+        added, share, with_eval = evaluation_share([float(t) for t in table.at[i, "round_times"].split()], plain,
+                                                   carried)
+        table.loc[i, ["evaluate_s", "evaluate_share", "round_s"]] = [added, share, with_eval]
 
 
 def verdict(ok: bool) -> str:
@@ -302,16 +337,17 @@ def goals(table: pd.DataFrame) -> list[str]:
                      f"{worst.peak_mb / 1024:.2f} GB ({worst.model}, {worst.secagg}, {worst.compression}) | "
                      f"{verdict(big.peak_mb.max() < 4096)} |")
     fm = {name: pick(dataset="fashion_mnist", extra=FMNIST_EVAL["extra"] + extra)
-          for name, extra in FMNIST_RUNS.items()} if "dataset" in table else {}
-    if all(row is not None and pd.notna(row.get("mean_round_s")) for row in fm.values()) and fm:
-        carried, after, none = (fm[name].mean_round_s for name in ("carried", "after", "none"))
+          for name, extra in FMNIST_RUNS.items()} if "round_times" in table else {}
+    if fm and all(row is not None and isinstance(row.get("round_times"), str) for row in fm.values()):
+        times = {name: [float(t) for t in row.round_times.split()] for name, row in fm.items()}
+        added, share, with_eval = evaluation_share(times["carried"], times["none"], True)
+        base_added, base_share, base_with = evaluation_share(times["after"], times["none"], False)
         lines.append(f"| Fashion-MNIST, lenet, 100 clients / 10 a round: evaluation <= 15% of a round | "
-                     f"{1 - none / carried:.1%}: evaluated every round, a round takes {carried:.3f} s against "
-                     f"{none:.3f} s unevaluated (mean of rounds 2-{int(fm['none'].rounds) - 2}, three runs of one "
-                     f"seed: the same cohorts). The workers evaluate for {fm['carried'].evaluate_worker_s:.2f} s a "
-                     f"round, mostly while the other worker still trains. Evaluated after each round instead (the "
-                     f"baseline, `fl.eval_overlap=false`): {1 - none / after:.1%}, {after:.3f} s | "
-                     f"{verdict(1 - none / carried <= 0.15)} |")
+                     f"{share:.1%}: evaluation adds {added:.3f} s to a {with_eval:.3f} s round (three runs of one "
+                     f"seed, {len(times['none'])} rounds, paired round by round; the workers evaluate for "
+                     f"{fm['carried'].evaluate_worker_s:.2f} s, mostly while the other worker still trains). "
+                     f"Evaluated after each round instead (the baseline, `fl.eval_overlap=false`): {base_share:.1%}, "
+                     f"{base_added:.3f} s of {base_with:.3f} s | {verdict(share <= 0.15)} |")
     n10 = pick(**N10_GOAL)
     if n10 is not None and "command_s" in n10 and pd.notna(n10.command_s):
         lines.append(f"| N = 10, 5 rounds, Ray start included: <= 8 s wall | `python simulate.py` start to exit "

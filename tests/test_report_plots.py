@@ -118,3 +118,12 @@ def test_round_curves_of_runs_of_different_lengths_are_drawn_apart(tmp_path, mon
     monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
     report.plot_accuracy_vs_round(pd.DataFrame(short + long), tmp_path / "curves.png")
     assert sorted(drawn) == [("topk 0.02 + dh (2 rounds)", [0.5, 0.5]), ("topk 0.02 + dh (3 rounds)", [0.9, 0.9, 0.9])]
+
+
+def test_evaluation_carried_by_the_next_round_counts_in_the_evaluate_stage_and_older_rows_read_as_before():
+    carried = pd.DataFrame(_rows("a", 0, 20, 0.66))
+    carried["t_evaluate"], carried["t_evaluate_carried"] = 0.001, [0.4, np.nan]  # the last round: after itself
+    older = pd.DataFrame(_rows("b", 1, 20, 0.66))  # no t_evaluate_carried column
+    runs = report.per_run(pd.concat([carried, older]), target=0.6).set_index("seed")
+    assert runs.loc[0, "t_evaluate"] == pytest.approx((0.401 + 0.001) / 2)
+    assert runs.loc[1, "t_evaluate"] == pytest.approx(0.1)

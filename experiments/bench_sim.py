@@ -16,7 +16,8 @@ run_s = the whole fl.run call (Ray start and shutdown included); process_s = the
 (Python start, imports, fl.run, exit); peak_mb = the driver's peak RSS plus each worker's (ru_maxrss);
 state_mb_per_client = error-feedback residuals kept between rounds, per client that has one.
 Where the framework's share goes (medians over the same rounds): server_s = the driver's broadcast encoding,
-decoding, summing and unmasking; evaluate_s = evaluation on the test split; client_work_s = a worker's
+decoding, summing and unmasking; evaluate_s = evaluation on the test split (after the round, or a worker's
+share of it inside the next round's training call); client_work_s = a worker's
 broadcast decoding, encoding and masking (per worker); rest_s = what remains: Ray's calls and replies,
 waiting for the slower worker, and the loop's bookkeeping (negative where the server's work overlaps
 the workers' training: cells whose replies stream).

@@ -340,15 +340,14 @@ def goals(table: pd.DataFrame) -> list[str]:
     fm = {name: pick(dataset="fashion_mnist", extra=FMNIST_EVAL["extra"] + extra)
           for name, extra in FMNIST_RUNS.items()} if "round_times" in table else {}
     if fm and all(row is not None and isinstance(row.get("round_times"), str) for row in fm.values()):
-        times = {name: [float(t) for t in row.round_times.split()] for name, row in fm.items()}
-        added, share, with_eval = evaluation_share(times["carried"], times["none"], True)
-        base_added, base_share, base_with = evaluation_share(times["after"], times["none"], False)
+        c, a = fm["carried"], fm["after"]  # evaluate_s, evaluate_share and round_s as fmnist_shares set them
         lines.append(f"| Fashion-MNIST, lenet, 100 clients / 10 a round: evaluation <= 15% of a round | "
-                     f"{share:.1%}: evaluation adds {added:.3f} s to a {with_eval:.3f} s round (three runs of one "
-                     f"seed, {len(times['none'])} rounds, paired round by round; the workers evaluate for "
-                     f"{fm['carried'].evaluate_worker_s:.2f} s, mostly while the other worker still trains). "
-                     f"Evaluated after each round instead (the baseline, `fl.eval_overlap=false`): {base_share:.1%}, "
-                     f"{base_added:.3f} s of {base_with:.3f} s | {verdict(share <= 0.15)} |")
+                     f"{c.evaluate_share:.1%}: evaluation adds {c.evaluate_s:.3f} s to a {c.round_s:.3f} s round "
+                     f"(three runs of one seed, {int(fm['none'].rounds)} rounds, paired round by round; the workers "
+                     f"evaluate for {c.evaluate_worker_s:.2f} s, mostly while the other worker still trains). "
+                     f"Evaluated after each round instead (the baseline, `fl.eval_overlap=false`): "
+                     f"{a.evaluate_share:.1%}, {a.evaluate_s:.3f} s of {a.round_s:.3f} s | "
+                     f"{verdict(c.evaluate_share <= 0.15)} |")
     n10 = pick(**N10_GOAL)
     if n10 is not None and "command_s" in n10 and pd.notna(n10.command_s):
         lines.append(f"| N = 10, 5 rounds, Ray start included: <= 8 s wall | `python simulate.py` start to exit "

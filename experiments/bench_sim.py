@@ -4,7 +4,7 @@
     python -m experiments.bench_sim --quick    # N = 10 and 100 only
 
 Each cell runs in its own process (clean memory figures, a fresh Ray start) on digits (three cells on
-Fashion-MNIST, lenet, 100 clients, 10 a round, 61 rounds of seed 0, for evaluation's share of a round: see
+Fashion-MNIST, lenet, 100 clients, 10 a round, 201 rounds of seed 0, for evaluation's share of a round: see
 `evaluation_share`) with Ray workers
 (one per core). round_s is the median wall time of rounds 2..R (R = 5; 3 at N = 1000; 30 in the N = 50
 goal cell, so that its medians hold still on a shared machine; that cell runs in three processes and the one
@@ -37,6 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from experiments import bench_sweep
@@ -52,26 +53,27 @@ N10_GOAL = {"clients": 10, "model": "mlp_small", "secagg": "none", "compression"
 # next round's training (the default), the same with the evaluation after its own round (the baseline, as before
 # `fl.eval_overlap`), and evaluated only at the first and last rounds (`evaluation_share` says how they combine).
 FMNIST_EVAL = {"clients": 100, "clients_per_round": 10, "model": "lenet", "dataset": "fashion_mnist",
-               "secagg": "none", "compression": "none", "rounds": 61, "seed": 0, "extra": "fl.local_epochs=1"}
+               "secagg": "none", "compression": "none", "rounds": 201, "seed": 0, "extra": "fl.local_epochs=1"}
 FMNIST_RUNS = {"carried": " fl.eval_every=2", "after": " fl.eval_every=2 fl.eval_overlap=false",
                "none": " fl.eval_every=1000"}
 
 
-def evaluation_share(evaluated: list[float], plain: list[float], carried: bool) -> tuple[float, float, float]:
+def evaluation_share(evaluated: list[float], plain: list[float], carried: bool) -> tuple[float, float, float, float]:
     """What evaluation adds to a round, from two runs of the same cohorts: `evaluated` evaluates every other
     round (even rounds; with `carried` the evaluation's work is in the odd round after), `plain` never (but at
     the first and last rounds). Per round d = evaluated - plain; the rounds that do the work minus those that do
     not, mean against mean, so that a machine slowing or speeding up between the runs cancels (the two kinds of
     round alternate) and so does the cohort (the runs pair round by round). Rounds 0, 1 and the last are left out.
-    Returns (seconds added, share of an evaluating round, mean evaluating round)."""
+    Returns (seconds added, share of an evaluating round, mean evaluating round, the share's standard error): the
+    error of the difference of the two means, which a noisy host's round-to-round scatter sets."""
     d = [(r, e - p) for r, (e, p) in enumerate(zip(evaluated, plain)) if 2 <= r < len(evaluated) - 1]
     working = 1 if carried else 0
-    busy = [x for r, x in d if r % 2 == working]
-    idle = [x for r, x in d if r % 2 != working]
-    added = sum(busy) / len(busy) - sum(idle) / len(idle)
-    rounds = [evaluated[r] for r, _ in d if r % 2 == working]
-    with_eval = sum(rounds) / len(rounds)
-    return added, added / with_eval, with_eval
+    busy = np.array([x for r, x in d if r % 2 == working])
+    idle = np.array([x for r, x in d if r % 2 != working])
+    added = float(busy.mean() - idle.mean())
+    with_eval = float(np.mean([evaluated[r] for r, _ in d if r % 2 == working]))
+    error = float(np.sqrt(busy.var(ddof=1) / len(busy) + idle.var(ddof=1) / len(idle)))
+    return added, added / with_eval, with_eval, error / with_eval
 
 
 def available_datasets() -> set[str]:
@@ -168,7 +170,7 @@ def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--timeout", type=int, default=600, help="seconds per cell before it is skipped")
+    ap.add_argument("--timeout", type=int, default=1200, help="seconds per cell before it is skipped")
     ap.add_argument("--out", default="results/bench_sim")
     ap.add_argument("--cell", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -235,9 +237,10 @@ def fmnist_shares(table: pd.DataFrame) -> None:
     plain = [float(t) for t in table.at[rows["none"][0], "round_times"].split()]
     for name, carried in (("carried", True), ("after", False)):
         i = rows[name][0]
-        added, share, with_eval = evaluation_share([float(t) for t in table.at[i, "round_times"].split()], plain,
-                                                   carried)
-        table.loc[i, ["evaluate_s", "evaluate_share", "round_s"]] = [added, share, with_eval]
+        added, share, with_eval, error = evaluation_share([float(t) for t in table.at[i, "round_times"].split()],
+                                                          plain, carried)
+        table.loc[i, ["evaluate_s", "evaluate_share", "round_s", "evaluate_share_se"]] = [added, share, with_eval,
+                                                                                          error]
 
 
 def verdict(ok: bool) -> str:
@@ -340,13 +343,15 @@ def goals(table: pd.DataFrame) -> list[str]:
     fm = {name: pick(dataset="fashion_mnist", extra=FMNIST_EVAL["extra"] + extra)
           for name, extra in FMNIST_RUNS.items()} if "round_times" in table else {}
     if fm and all(row is not None and isinstance(row.get("round_times"), str) for row in fm.values()):
-        c, a = fm["carried"], fm["after"]  # evaluate_s, evaluate_share and round_s as fmnist_shares set them
+        c, a = fm["carried"], fm["after"]  # evaluate_s, evaluate_share(_se), round_s: fmnist_shares
         lines.append(f"| Fashion-MNIST, lenet, 100 clients / 10 a round: evaluation <= 15% of a round | "
-                     f"{c.evaluate_share:.1%}: evaluation adds {c.evaluate_s:.3f} s to a {c.round_s:.3f} s round "
+                     f"{c.evaluate_share:.1%} ± {c.evaluate_share_se:.1%}: evaluation adds {c.evaluate_s:.3f} s to a "
+                     f"{c.round_s:.3f} s round "
                      f"(three runs of one seed, {int(fm['none'].rounds)} rounds, paired round by round; the workers "
                      f"evaluate for {c.evaluate_worker_s:.2f} s, mostly while the other worker still trains). "
                      f"Evaluated after each round instead (the baseline, `fl.eval_overlap=false`): "
-                     f"{a.evaluate_share:.1%}, {a.evaluate_s:.3f} s of {a.round_s:.3f} s | "
+                     f"{a.evaluate_share:.1%} ± {a.evaluate_share_se:.1%}, {a.evaluate_s:.3f} s of "
+                     f"{a.round_s:.3f} s (± a standard error over rounds) | "
                      f"{verdict(c.evaluate_share <= 0.15)} |")
     n10 = pick(**N10_GOAL)
     if n10 is not None and "command_s" in n10 and pd.notna(n10.command_s):

@@ -9,6 +9,7 @@ The Fashion-MNIST table's setting (+experiment=fmnist_table: lenet, 100 clients 
 from __future__ import annotations
 
 import argparse
+import sys
 
 from experiments.grid import run_grid, summarize, write
 
@@ -45,7 +46,7 @@ def main(argv=None):
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)
     table = summarize(runs, f"{args.partitions[0]}: {DENSE}")
     print(write(table, args.out, "Masked top-k on Fashion-MNIST against its `fresh` summary: blocks of each size, and marginals",
-                "python -m experiments.block_sizes" + ("" if argv is None else " " + " ".join(argv)),
+                " ".join(["python -m experiments.block_sizes", *(sys.argv[1:] if argv is None else argv)]),
                 "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 rounds, "
                 f"ratio {args.ratio}, client and server top-k, `dh` masking with the `fresh` index set: a first masked "
                 "exchange of each client's block energies (sums of squares of its error-corrected update per block "

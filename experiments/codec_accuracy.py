@@ -10,6 +10,7 @@ feedback on for biased codecs. Dense codecs (fp16, int8, qsgd) ignore the ratio.
 from __future__ import annotations
 
 import argparse
+import sys
 
 import compression
 from experiments.grid import run_grid, summarize, write
@@ -39,7 +40,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     table = summarize(run_grid(settings(args.ratio), args.seeds, args.backend, args.runs_dir), DENSE)
     print(write(table, args.out, f"Every codec at ratio {args.ratio:g} against dense",
-                "python -m experiments.codec_accuracy" + ("" if argv is None else " " + " ".join(argv)),
+                " ".join(["python -m experiments.codec_accuracy", *(sys.argv[1:] if argv is None else argv)]),
                 __doc__.split("\n\n", 2)[2].strip()))
     return table
 

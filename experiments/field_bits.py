@@ -2,6 +2,8 @@
 ceil(log2 clients_per_round)) for masked top-k with the default `fresh` policy, beside no masking.
 
     python -m experiments.field_bits            # writes results/field_bits.{csv,md}
+    python -m experiments.field_bits --ratios 0.01 --widths 16 --summary-bits 8 --seeds 0 1 2 3 4 5 6 7 8 9 \
+        --out results/field_bits_10seeds        # the default width at 0.01, with an 8-bit summary beside it
 
 digits, 10 IID clients, 20 rounds, mlp_large, ratio 0.01 and 0.1, seeds 0-2, runs in results/runs.
 """
@@ -18,13 +20,20 @@ from experiments.grid import run_grid, summarize, write
 DENSE = "dense (no masking, no compression)"
 
 
-def settings(ratios, widths):
+def settings(ratios, widths, summary_bits=()):
+    """Dense, per-client top-k and masked top-k at each field width; `summary_bits`: the same masked settings
+    again with the first exchange's summary (the `marginals` cells) quantized to that many bits instead of
+    quant_bits (compression.sketch_quant_bits)."""
     yield DENSE, ["secagg=none", "compression=none"]
     for ratio in ratios:
         yield "per-client top-k (no masking)", ["secagg=none", f"compression.ratio={ratio}"]
         for q in widths:
-            yield f"masked, quant_bits {q} (field {q + 4} bits)", ["secagg=dh", f"compression.ratio={ratio}",
-                                                                   f"secagg.quant_bits={q}"]
+            masked = ["secagg=dh", f"compression.ratio={ratio}", f"secagg.quant_bits={q}"]
+            yield f"masked, quant_bits {q} (field {q + 4} bits)", masked
+            for bits in summary_bits:
+                if bits != q:
+                    yield (f"masked, quant_bits {q} (field {q + 4} bits), summary {bits} bits",
+                           [*masked, f"compression.sketch_quant_bits={bits}"])
 
 
 def paired_gaps(runs: pd.DataFrame) -> list[str]:
@@ -45,12 +54,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.01])
     ap.add_argument("--widths", type=int, nargs="+", default=[8, 12, 16, 24])
+    ap.add_argument("--summary-bits", type=int, nargs="*", default=[],
+                    help="also run each masked width with its summary quantized to these bits")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/runs")
     ap.add_argument("--out", default="results/field_bits")
     args = ap.parse_args(argv)
-    runs = run_grid(settings(args.ratios, args.widths), args.seeds, args.backend, args.runs_dir)
+    runs = run_grid(settings(args.ratios, args.widths, args.summary_bits), args.seeds, args.backend, args.runs_dir)
     table = summarize(runs, DENSE)
     md = write(table, args.out, "Masked top-k against the width of its field",
                " ".join(["python -m experiments.field_bits", *(sys.argv[1:] if argv is None else argv)]),
@@ -58,7 +69,9 @@ def main(argv=None):
                "server top-k with error feedback, index policy `fresh`; final accuracy, mean ± std over seeds "
                f"{', '.join(map(str, args.seeds))}; bytes are run totals counted from the serialized messages. "
                "Every masked value is quant_bits signed bits; the field adds ceil(log2 10) = 4 so that the sum of "
-               "10 clients cannot wrap; the masked upload per element is (quant_bits + 4) / 8 bytes.")
+               "10 clients cannot wrap; the masked upload per element is (quant_bits + 4) / 8 bytes. The first "
+               "exchange's summary (each weight matrix's row and column energies) is quantized to quant_bits too, "
+               "unless the setting names its own summary bits.")
     gaps = ["", "Masked against per-client top-k, seed by seed:", "", *paired_gaps(runs)]
     with open(f"{args.out}.md", "a") as out:
         out.write("\n".join(gaps) + "\n")

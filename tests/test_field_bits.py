@@ -36,3 +36,11 @@ def test_a_masked_seed_without_its_per_client_run_is_left_out():
     runs = runs[~((runs.secagg == "none") & (runs.compression == "topk") & (runs.seed == 2))]
     (line,) = field_bits.paired_gaps(runs)
     assert "(2 seeds" in line and line.split(": ")[1].startswith("-2.10 ± 0.10")
+
+
+def test_summary_bits_add_a_masked_setting_per_width_except_its_own():
+    labels = {label: overrides for label, overrides in field_bits.settings([0.01], [8, 16], [8])}
+    assert labels["masked, quant_bits 16 (field 20 bits), summary 8 bits"] == [
+        "secagg=dh", "compression.ratio=0.01", "secagg.quant_bits=16", "compression.sketch_quant_bits=8"]
+    assert "masked, quant_bits 8 (field 12 bits), summary 8 bits" not in labels  # the same run as without it
+    assert len(labels) == 5  # dense, per-client, two widths, one summary variant

@@ -11,6 +11,7 @@ topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, accuracy_vs_
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -36,7 +37,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                 frame = pd.read_csv(path)
                 if labels and d.rstrip("/") in labels:
                     frame["dataset"] = labels[d.rstrip("/")]
-                frames.append(frame)
+                frames.append(_label_summary_bits(frame, path.parent / "config.json"))
             else:
                 incomplete.append(path)
     if not frames:
@@ -52,6 +53,21 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         rows["code"] = UNRECORDED
     rows["code"] = rows["code"].astype(object).fillna(UNRECORDED)
     return rows, incomplete
+
+
+def _label_summary_bits(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
+    """A `fresh` run whose first exchange's summary had bits of its own (compression.sketch_quant_bits, not the
+    values' secagg.quant_bits) says so in its index_policy, so that it is never pooled with, nor read as, the
+    same policy at the default."""
+    if not config.exists() or "index_policy" not in frame:
+        return frame
+    cfg = json.loads(config.read_text())
+    bits = cfg.get("compression", {}).get("sketch_quant_bits")
+    if bits is None or bits == cfg.get("secagg", {}).get("quant_bits"):
+        return frame
+    fresh = frame["index_policy"].astype(str).str.startswith("fresh")
+    frame.loc[fresh, "index_policy"] = frame.loc[fresh, "index_policy"].astype(str) + f", summary {bits} bits"
+    return frame
 
 
 def code_versions(rows: pd.DataFrame) -> str:

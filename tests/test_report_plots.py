@@ -127,3 +127,22 @@ def test_evaluation_carried_by_the_next_round_counts_in_the_evaluate_stage_and_o
     runs = report.per_run(pd.concat([carried, older]), target=0.6).set_index("seed")
     assert runs.loc[0, "t_evaluate"] == pytest.approx((0.401 + 0.001) / 2)
     assert runs.loc[1, "t_evaluate"] == pytest.approx(0.1)
+
+
+def test_a_fresh_runs_own_summary_bits_are_in_its_policy_and_it_is_never_pooled_with_the_default(tmp_path):
+    for name, seed, summary_bits, quant_bits, accuracy in (("a", 0, None, 16, 0.60), ("b", 1, 16, 16, 0.62),
+                                                             ("c", 0, 8, 16, 0.66), ("d", 1, 8, 16, 0.64)):
+        run = tmp_path / name
+        run.mkdir()
+        pd.DataFrame(_rows(name, seed, 20, accuracy)).to_csv(run / "rounds.csv", index=False)
+        (run / "config.json").write_text(report.json.dumps(
+            {"compression": {"sketch_quant_bits": summary_bits}, "secagg": {"quant_bits": quant_bits}}))
+        (run / "done.json").write_text("{}")
+    (tmp_path / "e").mkdir()  # a run without its config.json keeps its label
+    pd.DataFrame(_rows("e", 2, 20, 0.61)).to_csv(tmp_path / "e" / "rounds.csv", index=False)
+    (tmp_path / "e" / "done.json").write_text("{}")
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, target=0.6)).set_index("index_policy")
+    assert sorted(t.index) == ["fresh(marginals)", "fresh(marginals), summary 8 bits"]
+    assert t.loc["fresh(marginals)", "seeds"] == 3  # null, or equal to quant_bits: the default
+    assert t.loc["fresh(marginals), summary 8 bits", "accuracy"] == pytest.approx(0.65)

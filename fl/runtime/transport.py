@@ -59,8 +59,13 @@ class ReplyBuffer:
     def _grow(self, need: int) -> None:
         size = max(INITIAL_BYTES, 2 * len(self.map) if self.map is not None else 0, need)
         self.close()
-        path = os.path.join(self.directory, f"fedsqueeze-replies-{os.getpid()}-{next(_names)}")
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        while True:  # a name left by a killed process whose PID this one reuses is taken: the next one
+            path = os.path.join(self.directory, f"fedsqueeze-replies-{os.getpid()}-{next(_names)}")
+            try:
+                fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+                break
+            except FileExistsError:
+                continue
         try:
             os.ftruncate(fd, size)
             self.map = mmap.mmap(fd, size)

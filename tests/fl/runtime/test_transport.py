@@ -85,3 +85,21 @@ def test_ray_replies_through_shared_memory_and_through_ray_are_the_same(tmp_path
     assert used[1] == {}
     for column in ("accuracy", "loss", "bytes_up", "bytes_down", "rejected", "dropped"):
         np.testing.assert_array_equal(shared[column], through_ray[column])
+
+
+def test_a_file_left_by_a_killed_process_with_this_pid_is_skipped_and_kept(tmp_path, monkeypatch):
+    """PIDs are reused: a worker killed before the driver mapped its buffer leaves a file under a name a later
+    process with its PID would take; that process takes the next name and leaves the stale file alone."""
+    monkeypatch.setattr(transport, "_names", iter(range(100)))
+    stale = [tmp_path / f"fedsqueeze-replies-{os.getpid()}-{i}" for i in (0, 1)]
+    for path in stale:
+        path.write_bytes(b"stale")
+    buffer, reader = ReplyBuffer(str(tmp_path)), ReplyReader()
+    probe = buffer.pack([(0, b"token")])
+    assert probe[0] == str(tmp_path / f"fedsqueeze-replies-{os.getpid()}-2")
+    assert reader.attach(0, probe, b"token")
+    out = messages([100, None, 7])
+    assert reader.unpack(0, buffer.pack(out)) == out
+    assert [path.read_bytes() for path in stale] == [b"stale", b"stale"]
+    buffer.close()
+    reader.close()

@@ -115,7 +115,9 @@ def measure(overrides: list[str], modes: list[str], tmp: Path, repeats: int = 1)
             first, overhead = timeline(results)
             runs[mode].append({"cells": len(rows), "equal_to_inline": equal_cells(reference, rows),
                                "wall_s": run["wall_s"], "first_cell_s": first, "per_cell_overhead_s": overhead,
-                               "nodes": len(nodes) if mode == "cluster" else 1})
+                               "nodes": len(nodes) if mode == "cluster" else 1,
+                               "failed": [f"{f.parent.name}: {f.read_text().strip()}"[:500]
+                                          for f in sorted(results.glob("*/failed-*.txt"))]})
             print(mode, runs[mode][-1], flush=True)
     out = []
     for mode, done in runs.items():
@@ -123,7 +125,8 @@ def measure(overrides: list[str], modes: list[str], tmp: Path, repeats: int = 1)
         out.append({"sweep": mode, "cells": int(frame.cells.min()), "equal_to_inline": int(frame.equal_to_inline.min()),
                     "wall_s": float(frame.wall_s.median()), "first_cell_s": float(frame.first_cell_s.median()),
                     "per_cell_overhead_s": float(frame.per_cell_overhead_s.median()), "nodes": int(frame.nodes.max()),
-                    "walls_s": " ".join(f"{w:.1f}" for w in frame.wall_s)})
+                    "walls_s": " ".join(f"{w:.1f}" for w in frame.wall_s),
+                    "failed": "; ".join(sum(frame.failed, []))})  # what a cell that raised said (fl.results)
     inline = out[0]["wall_s"]
     for row in out:
         row["vs_inline"] = row["wall_s"] / inline

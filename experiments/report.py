@@ -40,6 +40,9 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                 frames.append(_label_summary_bits(frame, path.parent / "config.json"))
             else:
                 incomplete.append(path)
+        # a run that failed before its first round: its failed-*.txt and no rows
+        incomplete += sorted({f.parent / "rounds.csv" for f in Path(d).rglob("failed-*.txt")
+                              if not (f.parent / "rounds.csv").exists()})
     if not frames:
         raise SystemExit(f"no finished runs under {', '.join(dirs)}")
     rows = pd.concat(frames, ignore_index=True)

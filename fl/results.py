@@ -125,6 +125,7 @@ class RunLog:
 
     def fail(self, error: str) -> None:
         self.close()
+        self.dir.mkdir(parents=True, exist_ok=True)  # a run that failed before its first row has no folder yet
         (self.dir / f"failed-{self.run_id}.txt").write_text(error + "\n")
 
     def close(self) -> None:

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from fl import environment, seeds
 from fl.data import client_partitions, partition_summary
+from fl.errors import ConfigError
 from fl.evaluation import CarriedEvaluation, Evaluator
 from fl.plan import Plan, model_section
 from fl.results import RunLog
@@ -36,15 +37,21 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
     comes from, and stays in, fl.runtime.warm (a sweep's next cell re-attaches it)."""
     pool = warm.pool(cfg, pool_size(cfg), lambda: make_pool(cfg)) if keep else make_pool(cfg)
     try:
-        data = loading.result()  # a loading error is raised here, and the pool still closes
-        # A worker builds the initial model: with Ray workers the driver never imports torch.
-        initial = pool.initial_model(model_section(cfg), data.input_shape, data.num_classes, int(cfg.seed),
-                                     str(cfg.device))
-        plan = Plan.build(cfg, initial["sizes"], initial["shapes"])
-        pool.attach(data, plan)
-        evaluator = Evaluator(pool, pool_size(cfg), len(data.y_test))
-        summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
-        server = Server(plan, np.array(initial["weights"]))  # a writable copy of the worker's reply
+        try:
+            data = loading.result()  # a loading error is raised here, and the pool still closes
+            # A worker builds the initial model: with Ray workers the driver never imports torch.
+            initial = pool.initial_model(model_section(cfg), data.input_shape, data.num_classes, int(cfg.seed),
+                                         str(cfg.device))
+            plan = Plan.build(cfg, initial["sizes"], initial["shapes"])
+            pool.attach(data, plan)
+            evaluator = Evaluator(pool, pool_size(cfg), len(data.y_test))
+            summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
+            server = Server(plan, np.array(initial["weights"]))  # a writable copy of the worker's reply
+        except ConfigError:  # refused input (say, data not found): nothing ran, nothing to record
+            raise
+        except BaseException as err:  # recorded where its rows would be, as a crash in a round is (_run)
+            log.fail(f"{type(err).__name__} before the first round: {err}")
+            raise
         return _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, time.perf_counter() - t_start,
                     initial["torch"])
     finally:

@@ -196,6 +196,35 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
     assert len(kept) == 1 and len(pd.read_csv(kept[0])) == 2
 
 
+def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it(tmp_path, monkeypatch):
+    """A worker that cannot start (say, its shared-memory buffer) fails the run before any row: the failure is
+    recorded where the rows would be, the report lists it, and rerunning the command runs it."""
+    import fl.simulation as sim
+    from experiments import report
+
+    original = sim.Plan.build
+    monkeypatch.setattr(sim.Plan, "build", lambda *a, **kw: (_ for _ in ()).throw(FileExistsError("/dev/shm/x")))
+    with pytest.raises(FileExistsError):
+        small(tmp_path)
+    (failed,) = tmp_path.glob("*/failed-*.txt")
+    assert failed.read_text() == "FileExistsError before the first round: /dev/shm/x\n"
+    assert not (failed.parent / "rounds.csv").exists()
+    monkeypatch.setattr(sim.Plan, "build", original)
+    other = tmp_path / "other"
+    small(other)  # a report over a finished run and the failed one
+    rows, incomplete = report.load([str(tmp_path)])
+    assert incomplete == [failed.parent / "rounds.csv"] and rows["run_id"].nunique() == 1
+    rows = small(tmp_path)
+    assert len(rows) == 3 and (failed.parent / "done.json").exists() and failed.exists()
+
+
+def test_data_that_is_not_found_is_refused_and_leaves_no_folder(tmp_path):
+    with pytest.raises(fl.config.ConfigError, match="apt-get install dataset-fashion-mnist"):
+        run(tmp_path / "runs", "dataset=fashion_mnist", f"dataset.root={tmp_path / 'none'}", "dataset.system_dirs=[]",
+            "fl.rounds=1")
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
 def _poison(monkeypatch, client=2):
     original = Worker.train
 

@@ -71,11 +71,9 @@ def main(argv=None):
                "Every masked value is quant_bits signed bits; the field adds ceil(log2 10) = 4 so that the sum of "
                "10 clients cannot wrap; the masked upload per element is (quant_bits + 4) / 8 bytes. The first "
                "exchange's summary (each weight matrix's row and column energies) is quantized to quant_bits too, "
-               "unless the setting names its own summary bits.")
-    gaps = ["", "Masked against per-client top-k, seed by seed:", "", *paired_gaps(runs)]
-    with open(f"{args.out}.md", "a") as out:
-        out.write("\n".join(gaps) + "\n")
-    print(md + "\n".join(gaps))
+               "unless the setting names its own summary bits.",
+               ["", "Masked against per-client top-k, seed by seed:", "", *paired_gaps(runs)])
+    print(md)
     return table
 
 

@@ -35,8 +35,9 @@ def summarize(runs: pd.DataFrame, dense_label: str) -> pd.DataFrame:
     return table
 
 
-def write(table: pd.DataFrame, out: str, title: str, command: str, description: str) -> str:
-    """table -> <out>.csv and <out>.md (with the command that regenerates it); returns the Markdown."""
+def write(table: pd.DataFrame, out: str, title: str, command: str, description: str, notes=()) -> str:
+    """table -> <out>.csv and <out>.md (with the command that regenerates it, and `notes`, lines after the
+    table); returns the Markdown."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     table.to_csv(path.with_suffix(".csv"), index=False)
@@ -48,6 +49,6 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
                      f"| {r.accuracy_mean:.3f} ± {0 if pd.isna(r.accuracy_std) else r.accuracy_std:.3f} "
                      f"| {r.accuracy_vs_dense:+.3f} | {r.bytes_up_mb:.2f} | {r.upload_vs_dense:.3f}x "
                      f"| {r.bytes_down_mb:.2f} | {r.s_per_round:.2f} |")
-    md = "\n".join(lines) + "\n"
+    md = "\n".join([*lines, *notes]) + "\n"
     path.with_suffix(".md").write_text(md)
     return md

@@ -6,6 +6,7 @@ is used and left running.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 # Objects up to this size travel inside a call or its reply instead of through the shared-memory
 # object store (Ray's own default is 100 KiB): a round's replies of a few hundred KB are cheaper inline
@@ -39,12 +40,24 @@ def start(address: str | None = None) -> bool:
     import ray
 
     if not ray.is_initialized():
+        if not address:
+            _workers_import_project()
         local = {} if address else {"num_cpus": usable_cpus(), "_system_config": SYSTEM_CONFIG}
         ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
         _owned = True
         if not address:
             _stop_autoscaler_monitor(ray)  # a local fixed-size Ray: nothing to autoscale
     return _owned
+
+
+def _workers_import_project() -> None:
+    """Put this checkout's root on PYTHONPATH, which a local Ray's workers inherit: they preload `fl` as they
+    start, before Ray hands them the driver's path, so a clone run without `pip install -e .` would otherwise
+    print an import error from every worker."""
+    root = str(Path(__file__).resolve().parents[2])
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if root not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([root, *paths])
 
 
 def in_ray_worker() -> bool:

@@ -48,8 +48,8 @@ class FixedPointQuantizer:
                     f"max_clients={max_clients} leaves only B={bound} levels per sign in a {bits}-bit field "
                     f"(need >= {_MIN_LEVELS}); lower max_clients or widen the field")
         else:
-            if isinstance(quant_bits, bool) or int(quant_bits) != quant_bits or not 2 <= quant_bits <= bits:
-                raise ValueError(f"quant_bits must be an integer in [2, {bits}], got {quant_bits!r}")
+            if isinstance(quant_bits, bool) or int(quant_bits) != quant_bits or not 2 <= quant_bits <= MAX_FIELD_BITS:
+                raise ValueError(f"quant_bits must be an integer in [2, {MAX_FIELD_BITS}], got {quant_bits!r}")
             safe = smallest_safe_bits(int(quant_bits), max_clients)
             if bits < safe:
                 raise ValueError(

@@ -87,8 +87,9 @@ def test_a_field_that_could_wrap_for_the_cohort_is_refused_naming_the_smallest_s
     """secagg.bits below the smallest safe width for clients_per_round values of quant_bits is refused with that
     width named; the smallest safe width itself is accepted and is the default (null)."""
     base = [f"fl.num_clients={n}", f"fl.clients_per_round={n}", f"secagg.quant_bits={quant}"]
-    with pytest.raises(ConfigError, match=f"at least {smallest} bits"):
-        validate(fl.compose([*base, f"secagg.bits={smallest - 1}"]))
+    for narrow in (smallest - 1, quant - 1):  # narrower than the sum, or than one value
+        with pytest.raises(ConfigError, match=f"a {narrow}-bit field can wrap.*at least {smallest} bits"):
+            validate(fl.compose([*base, f"secagg.bits={narrow}"]))
     assert validate(fl.compose([*base, f"secagg.bits={smallest}"])).secagg.bits is None  # one spelling: auto
     from fl.plan import Plan
     assert Plan.build(validate(fl.compose(base)), [100]).field_bits == smallest

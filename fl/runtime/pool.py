@@ -9,6 +9,7 @@ from typing import Iterator
 
 import numpy as np
 
+from fl.errors import ConfigError
 from fl.runtime.raystart import usable_cpus
 from fl.runtime.transport import CHUNK_BYTES, ReplyReader, remove_leftovers
 
@@ -118,6 +119,7 @@ class RayPool:
         if not ray.is_initialized():  # fl.launch starts Ray (or joins a cluster); the pool only uses it
             raise RuntimeError("RayPool needs a running Ray: start it with fl.runtime.raystart.start()")
         self._ray = ray
+        _check_fits(ray.cluster_resources(), size, num_cpus, num_gpus)
         self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(RemoteWorker)
         self._device = device
         self.workers = [self._actor.remote(device, i) for i in range(size)]  # start up in the background
@@ -233,6 +235,18 @@ class RayPool:
         self._data = self._plan = self._source = None
         for w in list(self._shared):
             self._forget_replies(w)
+
+
+def _check_fits(have: dict, size: int, num_cpus: float, num_gpus: float) -> None:
+    """ConfigError unless the Ray holds the pool's actors all at once: one that never gets its resources
+    would leave the run waiting for it forever."""
+    for kind, per_worker, key in (("CPU", num_cpus, "ray.num_cpus_per_worker"),
+                                  ("GPU", num_gpus, "ray.num_gpus_per_worker")):
+        need, total = size * float(per_worker), float(have.get(kind, 0.0))
+        if need > total + 1e-9:
+            share = f"set {key}={total / size:.3g} to share them, or " if total > 0 else ""
+            raise ConfigError(f"a pool of {size} workers with {key}={per_worker:g} needs {need:g} {kind}s and this "
+                              f"Ray has {total:g}, so some workers could never start: {share}lower ray.num_workers")
 
 
 def make_pool(cfg):

@@ -2,6 +2,7 @@
 import time
 
 import numpy as np
+import pytest
 
 import fl
 from fl.rounds import plain
@@ -73,3 +74,22 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
         assert set(pool._shared) == {1}  # the fresh actor replies through Ray
     finally:
         pool.close()
+
+
+def test_a_pool_larger_than_the_ray_is_refused_before_any_work(ray_session, tmp_path):
+    """More workers than the Ray's cores (each of ray.num_cpus_per_worker=1) used to wait forever for the actors
+    that could not start; now the run is refused, naming a share of the cores that fits, and writes nothing."""
+    from fl.config import ConfigError
+
+    cores = int(ray_session.cluster_resources()["CPU"])
+    many = [f"fl.num_clients={cores + 1}", f"fl.clients_per_round={cores + 1}", f"ray.num_workers={cores + 1}",
+            "model=mlp_small", "fl.rounds=1", "backend=ray", f"results.dir={tmp_path}"]
+    with pytest.raises(ConfigError, match=rf"pool of {cores + 1} workers .* this Ray has {cores}, so some workers "
+                                          rf"could never start: set ray.num_cpus_per_worker="):
+        fl.run(fl.compose(many))
+    assert not any(tmp_path.iterdir())
+    with pytest.raises(ConfigError, match="needs 1 GPUs and this Ray has 0"):
+        fl.run(fl.compose([*many[:2], "ray.num_workers=1", "ray.num_gpus_per_worker=1", *many[4:]]))
+    share = round(cores / (cores + 1) - 0.005, 2)  # the share the message suggests, rounded down: the pool starts
+    rows = fl.run(fl.compose([*many, f"ray.num_cpus_per_worker={share}"]))
+    assert list(rows["num_workers"]) == [cores + 1]

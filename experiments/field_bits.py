@@ -4,6 +4,8 @@ ceil(log2 clients_per_round)) for masked top-k with the default `fresh` policy, 
     python -m experiments.field_bits            # writes results/field_bits.{csv,md}
     python -m experiments.field_bits --ratios 0.01 --widths 16 --summary-bits 8 --seeds 0 1 2 3 4 5 6 7 8 9 \
         --out results/field_bits_10seeds        # the default width at 0.01, with an 8-bit summary beside it
+    python -m experiments.field_bits --ratios 0.01 0.015 0.02 --widths 16 --against 0.01 \
+        --seeds 0 1 2 3 4 5 6 7 8 9 --out results/masked_budget   # masked k against per-client top-k at 0.01
 
 digits, 10 IID clients, 20 rounds, mlp_large, ratio 0.01 and 0.1, seeds 0-2, runs in results/runs.
 """
@@ -36,17 +38,23 @@ def settings(ratios, widths, summary_bits=()):
                            [*masked, f"compression.sketch_quant_bits={bits}"])
 
 
-def paired_gaps(runs: pd.DataFrame) -> list[str]:
-    """Each masked setting against per-client top-k at its ratio, seed by seed (the same data and cohorts): the
-    mean of the differences and its standard error, the figure the masked goals are stated in."""
+def paired_gaps(runs: pd.DataFrame, against: float | None = None) -> list[str]:
+    """Each masked setting against per-client top-k, seed by seed (the same data and cohorts): the mean of the
+    differences and its standard error, the figure the masked goals are stated in. The per-client runs are
+    those at the masked setting's own ratio, or at `against` (what masking costs to match them)."""
     lines = []
-    for ratio, at_ratio in runs[runs.compression != "none"].groupby("ratio", sort=False):
-        base = at_ratio[at_ratio.secagg == "none"].set_index("seed").accuracy
+    compressed = runs[runs.compression != "none"]
+    per_client = compressed[compressed.secagg == "none"]
+    for ratio, at_ratio in compressed.groupby("ratio", sort=False):
+        reference = ratio if against is None else against
+        base = per_client[per_client.ratio == reference].set_index("seed").accuracy
         for label, masked in at_ratio[at_ratio.secagg != "none"].groupby("setting", sort=False):
             d = (masked.set_index("seed").accuracy - base).dropna()
             error = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
+            which = "" if reference == ratio else f" at ratio {reference:g}"
             lines.append(f"- ratio {ratio:g}, {label}: {100 * d.mean():+.2f} ± {100 * error:.2f} points against "
-                         f"per-client top-k ({len(d)} seeds, mean ± standard error of the per-seed differences)")
+                         f"per-client top-k{which} ({len(d)} seeds, mean ± standard error of the per-seed "
+                         f"differences)")
     return lines
 
 
@@ -56,12 +64,17 @@ def main(argv=None):
     ap.add_argument("--widths", type=int, nargs="+", default=[8, 12, 16, 24])
     ap.add_argument("--summary-bits", type=int, nargs="*", default=[],
                     help="also run each masked width with its summary quantized to these bits")
+    ap.add_argument("--against", type=float, default=None,
+                    help="compare every masked setting with per-client top-k at this ratio (default: its own)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/runs")
     ap.add_argument("--out", default="results/field_bits")
     args = ap.parse_args(argv)
-    runs = run_grid(settings(args.ratios, args.widths, args.summary_bits), args.seeds, args.backend, args.runs_dir)
+    ratios = args.ratios if args.against is None or args.against in args.ratios else [args.against, *args.ratios]
+    runs = run_grid(settings(ratios, args.widths, args.summary_bits), args.seeds, args.backend, args.runs_dir)
+    if args.against is not None and args.against not in args.ratios:  # its per-client runs only: no masked row
+        runs = runs[~((runs.ratio == args.against) & (runs.secagg != "none"))]
     table = summarize(runs, DENSE)
     md = write(table, args.out, "Masked top-k against the width of its field",
                " ".join(["python -m experiments.field_bits", *(sys.argv[1:] if argv is None else argv)]),
@@ -72,7 +85,7 @@ def main(argv=None):
                "10 clients cannot wrap; the masked upload per element is (quant_bits + 4) / 8 bytes. The first "
                "exchange's summary (each weight matrix's row and column energies) is quantized to quant_bits too, "
                "unless the setting names its own summary bits.",
-               ["", "Masked against per-client top-k, seed by seed:", "", *paired_gaps(runs)])
+               ["", "Masked against per-client top-k, seed by seed:", "", *paired_gaps(runs, args.against)])
     print(md)
     return table
 

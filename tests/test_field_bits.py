@@ -44,3 +44,42 @@ def test_summary_bits_add_a_masked_setting_per_width_except_its_own():
         "secagg=dh", "compression.ratio=0.01", "secagg.quant_bits=16", "compression.sketch_quant_bits=8"]
     assert "masked, quant_bits 8 (field 12 bits), summary 8 bits" not in labels  # the same run as without it
     assert len(labels) == 5  # dense, per-client, two widths, one summary variant
+
+
+def test_against_compares_every_masked_ratio_with_per_client_top_k_at_one_ratio():
+    """Masked top-k at 0.02 against per-client top-k at 0.01 (the bytes masking spends to match it), not at 0.02."""
+    rows = []
+    for seed in range(3):
+        for ratio, secagg, accuracy in ((0.01, "none", 0.960), (0.02, "none", 0.970), (0.02, "dh", 0.955)):
+            rows.append({"setting": "per-client" if secagg == "none" else "masked", "seed": seed, "compression": "topk",
+                         "ratio": ratio, "secagg": secagg, "accuracy": accuracy + 0.01 * seed + 0.001 * seed * (secagg == "dh")})
+    runs = pd.DataFrame(rows)
+    (own,) = field_bits.paired_gaps(runs)
+    (line,) = field_bits.paired_gaps(runs, against=0.01)
+    assert own.startswith("- ratio 0.02, masked: -1.40 ± 0.06 points against per-client top-k (3 seeds")
+    assert line.startswith("- ratio 0.02, masked: -0.40 ± 0.06 points against per-client top-k at ratio 0.01 (3 seeds")
+
+
+def test_against_runs_the_reference_per_client_setting_without_its_masked_twin(tmp_path, monkeypatch):
+    ran = []
+
+    def runs_of(settings, seeds, *_):
+        settings = list(settings)
+        ran.extend(label for label, _ in settings)
+        out = []
+        for label, overrides in settings:
+            ratio = next((float(o.split("=")[1]) for o in overrides if o.startswith("compression.ratio=")), 1.0)
+            kind = "dense" if "compression=none" in overrides else "masked" if "secagg=dh" in overrides else "pc"
+            for seed in seeds:
+                out.append({"setting": label, "seed": seed, "compression": "none" if kind == "dense" else "topk",
+                            "ratio": ratio, "secagg": "dh" if kind == "masked" else "none", "policy_ran": kind,
+                            "accuracy": 0.9 + 0.01 * seed, "bytes_up": 1e6, "bytes_down": 1e6, "s_per_round": 0.1})
+        return pd.DataFrame(out)
+
+    monkeypatch.setattr(field_bits, "run_grid", runs_of)
+    table = field_bits.main(["--ratios", "0.02", "--widths", "16", "--against", "0.01", "--seeds", "0", "1",
+                             "--out", str(tmp_path / "b")])
+    assert set(zip(table.ratio, table.secagg)) == {(1.0, "none"), (0.01, "none"), (0.02, "none"), (0.02, "dh")}
+    md = (tmp_path / "b.md").read_text()
+    assert "- ratio 0.02, masked, quant_bits 16 (field 20 bits): +0.00 ± 0.00 points against per-client top-k at " \
+           "ratio 0.01 (2 seeds" in md and "--against 0.01" in md

@@ -326,17 +326,20 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
     - `labels` (NIID-Bench's label-quantity skew, Li et al. 2022, "#C=k"): client i holds class i mod K and
       `labels_per_client - 1` other random classes, exactly that many; each class is split evenly among its
       holders. Flower's baselines/niid_bench calls it "2 labels per client".
+
+    A split these labels cannot give (too many clients, too few samples per client) is a ConfigError: the run is
+    refused before any work.
     """
     rng = np.random.default_rng(seed)
     n = len(labels)
     if num_clients > n // min_size:
-        raise ValueError(f"{num_clients} clients cannot each get {min_size} of {n} samples")
+        raise ConfigError(f"fl.num_clients={num_clients}: {num_clients} clients cannot each get {min_size} of {n} training samples")
     if scheme == "iid":
         return [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
     if scheme == "shards":
         num_shards = num_clients * shards_per_client
         if shards_per_client < 1 or num_shards > n:
-            raise ValueError(f"cannot cut {n} samples into {num_clients} x {shards_per_client} shards")
+            raise ConfigError(f"cannot cut {n} samples into {num_clients} x {shards_per_client} shards")
         by_label = rng.permutation(n)  # random order within a class, then a stable sort by label
         by_label = by_label[np.argsort(labels[by_label], kind="stable")]
         shards = np.array_split(by_label, num_shards)
@@ -345,7 +348,7 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
     if scheme == "labels":
         return _label_quantity(labels, num_clients, labels_per_client, min_size, rng)
     if scheme != "dirichlet":
-        raise ValueError(f"unknown partition {scheme!r}; use one of {', '.join(PARTITIONS)}")
+        raise ConfigError(f"unknown partition {scheme!r}; use one of {', '.join(PARTITIONS)}")
     classes = np.unique(labels)
     for _ in range(1000):
         parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
@@ -357,7 +360,7 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
         out = [np.sort(np.concatenate(p)) for p in parts]
         if min(len(p) for p in out) >= min_size:
             return out
-    raise ValueError(f"Dirichlet(alpha={alpha}) left a client with fewer than {min_size} samples; raise alpha")
+    raise ConfigError(f"Dirichlet(alpha={alpha}) left a client with fewer than {min_size} samples; raise alpha")
 
 
 def _label_quantity(labels: np.ndarray, num_clients: int, per_client: int, min_size: int,
@@ -365,9 +368,9 @@ def _label_quantity(labels: np.ndarray, num_clients: int, per_client: int, min_s
     classes = np.unique(labels)
     k = len(classes)
     if not 1 <= per_client <= k:
-        raise ValueError(f"labels_per_client must be in 1..{k} (the classes there are), got {per_client}")
+        raise ConfigError(f"labels_per_client must be in 1..{k} (the classes there are), got {per_client}")
     if num_clients < k:
-        raise ValueError(f"the labels partition needs at least one client per class ({k}); got {num_clients} "
+        raise ConfigError(f"the labels partition needs at least one client per class ({k}); got {num_clients} "
                          "clients, which would leave classes unheld")
     held = [np.concatenate([[i % k], rng.permutation(np.delete(np.arange(k), i % k))[:per_client - 1]])
             for i in range(num_clients)]
@@ -379,7 +382,7 @@ def _label_quantity(labels: np.ndarray, num_clients: int, per_client: int, min_s
             parts[client].append(chunk)
     out = [np.sort(np.concatenate(p)) for p in parts]
     if min(len(p) for p in out) < min_size:
-        raise ValueError(f"the labels partition left a client with fewer than {min_size} samples; "
+        raise ConfigError(f"the labels partition left a client with fewer than {min_size} samples; "
                          "use fewer clients or more labels per client")
     return out
 

@@ -39,15 +39,15 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
     try:
         try:
             data = loading.result()  # a loading error is raised here, and the pool still closes
+            summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))  # refused here
             # A worker builds the initial model: with Ray workers the driver never imports torch.
             initial = pool.initial_model(model_section(cfg), data.input_shape, data.num_classes, int(cfg.seed),
                                          str(cfg.device))
             plan = Plan.build(cfg, initial["sizes"], initial["shapes"])
             pool.attach(data, plan)
             evaluator = Evaluator(pool, pool_size(cfg), len(data.y_test))
-            summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))
             server = Server(plan, np.array(initial["weights"]))  # a writable copy of the worker's reply
-        except ConfigError:  # refused input (say, data not found): nothing ran, nothing to record
+        except ConfigError:  # refused input (data not found, a split it cannot give): nothing ran, nothing recorded
             raise
         except BaseException as err:  # recorded where its rows would be, as a crash in a round is (_run)
             log.fail(f"{type(err).__name__} before the first round: {err}")

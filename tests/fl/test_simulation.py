@@ -225,6 +225,20 @@ def test_data_that_is_not_found_is_refused_and_leaves_no_folder(tmp_path):
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.parametrize("split,match", [
+    (["fl.num_clients=2000"], "fl.num_clients=2000: 2000 clients cannot each get 1 of 1437 training samples"),
+    (["fl.num_clients=800", "dataset.partition=shards"], "cannot cut 1437 samples into 800 x 2 shards"),
+])
+def test_a_split_the_data_cannot_give_is_refused_before_any_work_and_leaves_no_folder(tmp_path, split, match):
+    """The training set is known only once loaded: the driver splits it before any worker does, so a split it cannot
+    give is refused in one line (it was a traceback from every worker, and a failed-*.txt)."""
+    from fl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        run(tmp_path / "runs", *split, "fl.clients_per_round=10", "model=mlp_small", "fl.rounds=1")
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
 def _poison(monkeypatch, client=2):
     original = Worker.train
 

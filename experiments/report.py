@@ -30,6 +30,11 @@ STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluat
 
 
 def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[Path]]:
+    """(every finished run's rows, the rounds.csv paths of unfinished or failed runs) under `dirs`; a folder that
+    does not exist is an error (a misspelt one would otherwise leave its runs out of the table unnoticed)."""
+    missing = [d for d in dirs if not Path(d).is_dir()]
+    if missing:
+        raise SystemExit(f"no such folder: {', '.join(missing)}")
     frames, incomplete = [], []
     for d in dirs:
         for path in sorted(Path(d).rglob("rounds.csv")):

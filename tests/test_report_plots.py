@@ -146,3 +146,13 @@ def test_a_fresh_runs_own_summary_bits_are_in_its_policy_and_it_is_never_pooled_
     assert sorted(t.index) == ["fresh(marginals)", "fresh(marginals), summary 8 bits"]
     assert t.loc["fresh(marginals)", "seeds"] == 3  # null, or equal to quant_bits: the default
     assert t.loc["fresh(marginals), summary 8 bits", "accuracy"] == pytest.approx(0.65)
+
+
+def test_a_folder_that_does_not_exist_is_an_error_not_an_empty_part_of_the_table(tmp_path):
+    run = tmp_path / "runs" / "a"
+    run.mkdir(parents=True)
+    pd.DataFrame(_rows("a", 0, 20, 0.7)).to_csv(run / "rounds.csv", index=False)
+    (run / "done.json").write_text("{}")
+    assert len(report.load([str(tmp_path / "runs")])[0]) > 0
+    with pytest.raises(SystemExit, match="no such folder: .*runz"):
+        report.load([str(tmp_path / "runs"), str(tmp_path / "runz")])

@@ -4,6 +4,7 @@ One call per worker per exchange, each carrying all of that worker's clients; ne
 """
 from __future__ import annotations
 
+import math
 import os
 from typing import Iterator
 
@@ -244,9 +245,15 @@ def _check_fits(have: dict, size: int, num_cpus: float, num_gpus: float) -> None
                                   ("GPU", num_gpus, "ray.num_gpus_per_worker")):
         need, total = size * float(per_worker), float(have.get(kind, 0.0))
         if need > total + 1e-9:
-            share = f"set {key}={total / size:.3g} to share them, or " if total > 0 else ""
+            share = f"set {key}={_floor3(total / size):g} to share them, or " if total > 0 else ""
             raise ConfigError(f"a pool of {size} workers with {key}={per_worker:g} needs {need:g} {kind}s and this "
                               f"Ray has {total:g}, so some workers could never start: {share}lower ray.num_workers")
+
+
+def _floor3(x: float) -> float:
+    """x to 3 significant digits, rounded down (a share rounded up would not fit either)."""
+    places = 2 - math.floor(math.log10(x))
+    return math.floor(x * 10**places) / 10**places
 
 
 def make_pool(cfg):

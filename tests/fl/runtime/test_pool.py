@@ -78,7 +78,7 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
 
 def test_a_pool_larger_than_the_ray_is_refused_before_any_work(ray_session, tmp_path):
     """More workers than the Ray's cores (each of ray.num_cpus_per_worker=1) used to wait forever for the actors
-    that could not start; now the run is refused, naming a share of the cores that fits, and writes nothing."""
+    that could not start; now the run is refused before any actor starts, and writes nothing."""
     from fl.config import ConfigError
 
     cores = int(ray_session.cluster_resources()["CPU"])
@@ -87,9 +87,23 @@ def test_a_pool_larger_than_the_ray_is_refused_before_any_work(ray_session, tmp_
     with pytest.raises(ConfigError, match=rf"pool of {cores + 1} workers .* this Ray has {cores}, so some workers "
                                           rf"could never start: set ray.num_cpus_per_worker="):
         fl.run(fl.compose(many))
-    assert not any(tmp_path.iterdir())
     with pytest.raises(ConfigError, match="needs 1 GPUs and this Ray has 0"):
-        fl.run(fl.compose([*many[:2], "ray.num_workers=1", "ray.num_gpus_per_worker=1", *many[4:]]))
-    share = round(cores / (cores + 1) - 0.005, 2)  # the share the message suggests, rounded down: the pool starts
-    rows = fl.run(fl.compose([*many, f"ray.num_cpus_per_worker={share}"]))
-    assert list(rows["num_workers"]) == [cores + 1]
+        fl.run(fl.compose([*many[:2], "ray.num_workers=1", "ray.num_gpus_per_worker=1", *many[3:]]))
+    assert not any(tmp_path.iterdir())
+    rows = fl.run(fl.compose([*many[3:], "ray.num_workers=2", "ray.num_cpus_per_worker=0.5"]))  # a share runs
+    assert list(rows["num_workers"]) == [2]
+
+
+def test_the_refusal_names_the_share_of_the_cores_that_fits():
+    from fl.errors import ConfigError
+    from fl.runtime.pool import _check_fits
+
+    with pytest.raises(ConfigError, match="needs 4 CPUs and this Ray has 2, .* set ray.num_cpus_per_worker=0.5 to "
+                                          "share them, or lower ray.num_workers"):
+        _check_fits({"CPU": 2.0}, 4, 1.0, 0.0)
+    with pytest.raises(ConfigError, match="needs 3 CPUs and this Ray has 2, .*ray.num_cpus_per_worker=0.666 "):
+        _check_fits({"CPU": 2.0}, 3, 1.0, 0.0)
+    _check_fits({"CPU": 2.0}, 4, 0.5, 0.0)  # fits exactly
+    _check_fits({"CPU": 2.0, "GPU": 1.0}, 4, 0.5, 0.25)
+    with pytest.raises(ConfigError, match="needs 2 GPUs and this Ray has 1, .*ray.num_gpus_per_worker=0.25"):
+        _check_fits({"CPU": 8.0, "GPU": 1.0}, 4, 1.0, 0.5)

@@ -107,8 +107,8 @@ class RunLog:
 
     def start(self, cfg_dict: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
-        if self.path.exists():  # a killed run: keep its rows under another name
-            self.path.rename(self.dir / f"rounds.incomplete-{self.run_id}.csv")
+        if self.path.exists():  # a killed run: keep its rows under its own run id
+            self.path.rename(self.dir / f"rounds.incomplete-{_run_id_of(self.path) or self.run_id}.csv")
         (self.dir / "config.json").write_text(json.dumps(cfg_dict, indent=2, sort_keys=True))
         self._file = open(self.path, "x", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
@@ -132,6 +132,14 @@ class RunLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _run_id_of(path: Path) -> str | None:
+    """The run id in the first row of a rounds.csv (None if it has no row, or its id is not a plain name)."""
+    with open(path, newline="") as f:
+        row = next(csv.DictReader(f), None)
+    run_id = (row or {}).get("run_id") or ""
+    return run_id if run_id.isalnum() else None
 
 
 def rehash(root: str | Path) -> list[tuple[str, str]]:

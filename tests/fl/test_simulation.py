@@ -193,7 +193,11 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
     rows = small(tmp_path, f"fl.eval_overlap={overlap}")
     assert len(rows) == 3 and (folder / "done.json").exists() and rows["accuracy"].notna().all()
     kept = list(folder.glob("rounds.incomplete-*.csv"))
-    assert len(kept) == 1 and len(pd.read_csv(kept[0])) == 2
+    killed = pd.read_csv(kept[0])
+    assert len(kept) == 1 and len(killed) == 2
+    # named for the run whose rows they are, as its failed-<run_id>.txt is; the rerun is another run
+    assert kept[0].name == f"rounds.incomplete-{killed['run_id'].iloc[0]}.csv" != f"rounds.incomplete-{rows['run_id'].iloc[0]}.csv"
+    assert (folder / f"failed-{killed['run_id'].iloc[0]}.txt").exists()
 
 
 def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it(tmp_path, monkeypatch):

@@ -86,3 +86,18 @@ def test_submitit_local_executor_runs_the_cells_with_the_same_rows(tmp_path, inl
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[cluster]'")
     sweep(*CELLS, "backend=inline", "hydra/launcher=submitit_local", results=tmp_path / "runs")
     same(rows(tmp_path / "runs"), inline)
+
+
+def test_a_sweep_with_a_refused_cell_names_every_refused_cell_and_runs_none(tmp_path):
+    """Every cell is validated before the first runs (hydra/sweeper=checked, the default): a refused cell used to
+    stop the sweep only when its turn came, after the cells before it had run."""
+    results = tmp_path / "runs"
+    out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", "backend=inline", "model=mlp_small",
+                          "fl.rounds=1", "compression.ratio=0.1,1.5", "secagg=none,dh", "seed=0,1",
+                          f"results.dir={results}"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    lines = out.stderr.splitlines()
+    start = lines.index("fedsqueeze: configuration refused for 4 of 8 cells; none ran:")
+    assert all("compression.ratio=1.5" in line and line.endswith("compression.ratio must be in (0, 1], got 1.5")
+               for line in lines[start + 1:start + 5])
+    assert not list(results.rglob("rounds.csv")) and not list(results.rglob("config.json"))

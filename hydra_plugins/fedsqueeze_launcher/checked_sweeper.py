@@ -1,0 +1,35 @@
+"""`hydra/sweeper=checked` (the default): Hydra's basic sweeper, except that every cell's configuration is checked
+by fl.config.validate before the first cell runs, so a sweep with a refused cell fails before any work, naming
+every refused cell, instead of stopping at that cell after running the ones before it.
+
+Hydra loads sweepers only from the `hydra_plugins` namespace, hence this module; its config is
+conf/hydra/sweeper/checked.yaml. Checks that need the data (a split it cannot give) still come when a cell runs.
+"""
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.utils import filter_overrides
+from omegaconf import open_dict
+
+
+class CheckedSweeper(BasicSweeper):
+    def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
+        """Compose each cell (Hydra's own check) and validate it; exit 2 listing the refused cells, if any."""
+        from fl.config import ConfigError, validate
+
+        refused = []
+        for overrides in batch:
+            config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            with open_dict(config):
+                del config["hydra"]  # the cell's task sees its config without Hydra's own node
+            try:
+                validate(config)
+            except ConfigError as err:
+                refused.append(f"  {' '.join(filter_overrides(overrides))}: {err}")
+        if refused:
+            print(f"fedsqueeze: configuration refused for {len(refused)} of {len(batch)} cells; none ran:",
+                  *refused, sep="\n", file=sys.stderr)
+            sys.exit(2)

@@ -27,6 +27,7 @@ SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "r
 BASELINE = ["env", "dataset", "partition", "model"]
 UNRECORDED = "from before the code's commit was recorded"
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
+LAST = 5  # the "last 5" column: accuracy averaged over a run's last LAST evaluated rounds
 
 
 def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[Path]]:
@@ -96,7 +97,8 @@ def stage_seconds(run: pd.DataFrame, stage: str) -> pd.Series:
 
 
 def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
-    """One line per run: final accuracy, rounds to target, per-round bytes and stage seconds."""
+    """One line per run: final accuracy and its mean over the last LAST evaluated rounds, rounds to target,
+    per-round bytes and stage seconds."""
     def summarize(run: pd.DataFrame) -> pd.Series:
         run = run.sort_values("round")
         reached = run.loc[run["accuracy"] >= target, "round"]
@@ -104,7 +106,8 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         # all clients' upload until the target is first reached, per client of the population
         upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
             if len(reached) else np.nan
-        out.update(final_accuracy=run["accuracy"].dropna().iloc[-1],
+        evaluated = run["accuracy"].dropna()
+        out.update(final_accuracy=evaluated.iloc[-1], last_accuracy=evaluated.iloc[-LAST:].mean(),
                    rounds_to_target=int(reached.iloc[0]) + 1 if len(reached) else np.nan,
                    upload_to_target=upload,
                    up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
@@ -119,6 +122,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
     t = g.agg(seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
+              accuracy_last=("last_accuracy", "mean"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
               round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean"),
@@ -133,7 +137,9 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "") -> str:
     lines = ["# Top-k results", "", f"Regenerate: `{command}`", "",
-             "Final test accuracy: mean ± std over seeds. Field bits: the masked field's width (blank: not masked); "
+             f"Final test accuracy: mean ± std over seeds; last {LAST}: each run's accuracy averaged over its last "
+             f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
+             "shards). Field bits: the masked field's width (blank: not masked); "
              "runs that differ in it are never pooled. Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
@@ -145,7 +151,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     if code:
         lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits | seeds | accuracy "
-              "| Δ vs dense "
+              f"| last {LAST} | Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
               f"| rounds to {target} | upload to {target} |")
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
@@ -156,7 +162,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
             f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
             f"| {r.seeds} "
-            f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {_num(r.accuracy_change, '+.3f')} "
+            f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_last:.3f} "
+            f"| {_num(r.accuracy_change, '+.3f')} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
@@ -292,8 +299,8 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     ax.set_xticklabels([f"{d} {m} {c} {r:g} {s}" for d, m, c, r, s in g.index], rotation=70, ha="right",
                        fontsize=7)
     ax.set_ylabel("seconds per round")
-    ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort, a carried evaluation over "
-                 "the workers; other = the rest of the round)", fontsize=10)
+    ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort, a carried evaluation "
+                 "over the workers;\nother = the rest of the round)", fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)

@@ -156,3 +156,18 @@ def test_a_folder_that_does_not_exist_is_an_error_not_an_empty_part_of_the_table
     assert len(report.load([str(tmp_path / "runs")])[0]) > 0
     with pytest.raises(SystemExit, match="no such folder: .*runz"):
         report.load([str(tmp_path / "runs"), str(tmp_path / "runz")])
+
+
+def test_last_5_averages_each_runs_last_five_evaluated_rounds_then_the_seeds():
+    """The column where a final round's swing would mislead: rounds without an evaluation do not count."""
+    rows = []
+    for run_id, seed, accuracies in (("a", 0, [0.1, 0.2, 0.5, 0.6, None, 0.7, 0.8, 0.9]), ("b", 1, [0.1] * 6 + [0.3, 0.5])):
+        for r, acc in enumerate(accuracies):
+            row = _rows(run_id, seed, 20, 0.5)[0]
+            rows.append({**row, "round": r, "accuracy": acc})
+    runs = report.per_run(pd.DataFrame(rows), target=0.6)
+    assert runs.set_index("seed")["last_accuracy"].round(6).to_dict() == {0: 0.7, 1: 0.22}  # (.5+.6+.7+.8+.9)/5; (.1+.1+.1+.3+.5)/5
+    t = report.table(runs)
+    assert t["accuracy_last"].round(6).tolist() == [0.46] and t["accuracy"].round(6).tolist() == [0.7]
+    md = report.markdown(t, [], 0.6, "cmd")
+    assert "| accuracy | last 5 | Δ vs dense |" in md and "| 0.700 ± 0.283 | 0.460 |" in md

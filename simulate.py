@@ -25,7 +25,12 @@ def main(cfg: DictConfig) -> None:
         fl.run(cfg, keep_warm=multirun)  # a sweep's cells share one Ray and one warm pool (fl/runtime/warm.py)
     except ConfigError as err:  # refused before any work: no rows written
         print(f"fedsqueeze: configuration refused: {err}", file=sys.stderr)
-        sys.exit(2)
+        if not multirun:
+            sys.exit(2)
+        # A sweep's cells were all validated before the first ran (hydra/sweeper=checked): what is refused here
+        # needs the data (a split it cannot give). The other cells run; exiting here would end the sweep, or the
+        # Ray task of a ray_cells cell.
+        print("fedsqueeze: this cell is refused; the sweep goes on", file=sys.stderr)
     except Exception:
         if not multirun:
             raise

@@ -101,3 +101,14 @@ def test_a_sweep_with_a_refused_cell_names_every_refused_cell_and_runs_none(tmp_
     assert all("compression.ratio=1.5" in line and line.endswith("compression.ratio must be in (0, 1], got 1.5")
                for line in lines[start + 1:start + 5])
     assert not list(results.rglob("rounds.csv")) and not list(results.rglob("config.json"))
+
+
+def test_a_cell_the_data_refuses_is_named_and_the_other_cells_run(tmp_path):
+    """A refusal only the data can make (more clients than samples) comes when its cell runs: it is printed, and the
+    sweep goes on (it used to end the sweep there, or crash a ray_cells cell's Ray task)."""
+    results = tmp_path / "runs"
+    out = sweep("backend=inline", "model=mlp_small", "fl.rounds=1", "fl.num_clients=2000,10", results=results)
+    assert "configuration refused: fl.num_clients=2000: 2000 clients cannot each get 1 of 1437 training samples" in out
+    assert "this cell is refused; the sweep goes on" in out
+    (done,) = list(results.glob("*/done.json"))
+    assert pd.read_csv(done.parent / "rounds.csv")["num_clients"].tolist() == [10]

@@ -1,6 +1,6 @@
 """`hydra/sweeper=checked` (the default): Hydra's basic sweeper, except that every cell's configuration is checked
 by fl.config.validate before the first cell runs, so a sweep with a refused cell fails before any work, naming
-every refused cell, instead of stopping at that cell after running the ones before it.
+every refused cell.
 
 Hydra loads sweepers only from the `hydra_plugins` namespace, hence this module; its config is
 conf/hydra/sweeper/checked.yaml. Checks that need the data (a split it cannot give) still come when a cell runs.

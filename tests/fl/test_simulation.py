@@ -223,7 +223,7 @@ def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it
 
 
 def test_data_that_is_not_found_is_refused_and_leaves_no_folder(tmp_path):
-    with pytest.raises(fl.config.ConfigError, match="apt-get install dataset-fashion-mnist"):
+    with pytest.raises(fl.ConfigError, match="apt-get install dataset-fashion-mnist"):
         run(tmp_path / "runs", "dataset=fashion_mnist", f"dataset.root={tmp_path / 'none'}", "dataset.system_dirs=[]",
             "fl.rounds=1")
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())

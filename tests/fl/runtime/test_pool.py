@@ -13,7 +13,9 @@ def _digits_plan():
     from fl.models import build_model
     from fl.plan import Plan
 
-    config = fl.config.validate(fl.compose(["model=mlp_small", "secagg=none"]))
+    from fl.config import validate
+
+    config = validate(fl.compose(["model=mlp_small", "secagg=none"]))
     data = load_dataset(config.dataset, config.seed)
     return data, Plan.build(config, [p.numel() for p in build_model(config.model, (64,), 10).parameters()])
 

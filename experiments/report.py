@@ -185,6 +185,9 @@ def _num(x: float, spec: str = ".4f") -> str:
     return "" if pd.isna(x) else format(x, spec)
 
 
+NO_RATIO_LINE = "nothing to draw: no dense run here, and no top-k setting (with error feedback)\nrun at two or more ratios"
+
+
 def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     """One line per data, model, masking, index policy and run length: a masked policy's points are never pooled
     with another policy's (each line starts from the same dense point); a policy run at one ratio only is left out,
@@ -223,7 +226,10 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     ax.set_ylabel("final test accuracy")
     ax.set_title("Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    if lines:
+        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    else:  # an empty frame would read as a broken plot
+        ax.text(0.5, 0.5, NO_RATIO_LINE, ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -171,3 +171,17 @@ def test_last_5_averages_each_runs_last_five_evaluated_rounds_then_the_seeds():
     assert t["accuracy_last"].round(6).tolist() == [0.46] and t["accuracy"].round(6).tolist() == [0.7]
     md = report.markdown(t, [], 0.6, "cmd")
     assert "| accuracy | last 5 | Δ vs dense |" in md and "| 0.700 ± 0.283 | 0.460 |" in md
+
+
+@pytest.mark.filterwarnings("error")  # matplotlib warns of an empty legend
+def test_a_ratio_plot_with_no_line_to_draw_says_why_instead_of_an_empty_frame(tmp_path, monkeypatch):
+    runs = pd.DataFrame([_run("dh", "fresh(marginals)", 0.1, 0.75), _run("secaggplus", "fresh(marginals)", 0.01, 0.6)])
+    texts = []
+    text = report.plt.Axes.text
+    monkeypatch.setattr(report.plt.Axes, "text", lambda self, *a, **kw: texts.append(a[2]) or text(self, *a, **kw))
+    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    assert texts == [report.NO_RATIO_LINE] and (tmp_path / "plot.png").stat().st_size > 0
+    texts.clear()
+    report.plot_accuracy_vs_ratio(pd.concat([runs, pd.DataFrame([_run("none", "dense", 1.0, 0.8, "none")])]),
+                                  tmp_path / "plot.png")
+    assert texts == []  # the dense point is drawn, with its legend

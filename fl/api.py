@@ -30,14 +30,16 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
         return hydra_compose(config_name="config", overrides=list(overrides or []))
 
 
-def build_config(mask_protocol: str = "DHProtocol", compression_protocol: str = "TopKProtocol",
+def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol: str | None = "TopKProtocol",
                  server_with_compression: bool = True, client_with_compression: bool = True,
                  compress_ratio: float = 0.5, **other_config: Any) -> DictConfig:
-    """Map the seed framework's names onto the config. Other keys: dotted paths ('dataset.alpha'),
-    `fl` fields by their short name (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`)
-    or a config group by option name (`model='mlp_small'`)."""
+    """Map the seed framework's names onto the config; a protocol of None is 'none' (off). Other keys: dotted
+    paths ('dataset.alpha'), a section as a dict (`results={'dir': 'out'}`), `fl` fields by their short name
+    (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`) or a config group by option name
+    (`model='mlp_small'`)."""
     try:
-        groups = [f"secagg={secagg.canonical(mask_protocol)}", f"compression={compression.canonical(compression_protocol)}"]
+        groups = [f"secagg={secagg.canonical('none' if mask_protocol is None else mask_protocol)}",
+                  f"compression={compression.canonical('none' if compression_protocol is None else compression_protocol)}"]
     except (secagg.UnknownProtocolError, compression.UnknownProtocolError) as err:
         raise ConfigError(str(err)) from None
     groups += [f"{key}={other_config.pop(key)}" for key in ("dataset", "model")
@@ -45,7 +47,7 @@ def build_config(mask_protocol: str = "DHProtocol", compression_protocol: str = 
     cfg = compose(groups)
     values = {"compression.server": server_with_compression, "compression.client": client_with_compression,
               "compression.ratio": compress_ratio}
-    for key, value in other_config.items():
+    for key, value in _dotted(other_config):
         values[f"fl.{key}" if key in _FL_KEYS else key] = value
     for key, value in values.items():
         try:
@@ -53,6 +55,16 @@ def build_config(mask_protocol: str = "DHProtocol", compression_protocol: str = 
         except Exception as err:
             raise ConfigError(f"cannot set {key}={value!r}: {err}") from None
     return cfg
+
+
+def _dotted(values: dict, prefix: str = ""):
+    """(dotted key, value) pairs: a dict value is a section, its keys set one by one (the rest keep their
+    defaults), not a replacement of the whole section."""
+    for key, value in values.items():
+        if isinstance(value, dict):
+            yield from _dotted(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 def run_server(mask_protocol: str = "DHProtocol", compression_protocol: str = "TopKProtocol",

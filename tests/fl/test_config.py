@@ -55,6 +55,16 @@ def test_ratio_outside_unit_interval_is_refused_and_writes_no_rows(ratio, tmp_pa
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_protocol_of_none_is_off_and_a_section_may_be_a_dict_of_its_keys():
+    cfg = validate(fl.build_config(mask_protocol=None, compression_protocol=None, rounds=3,
+                                   results={"dir": "elsewhere"}, dataset={"partition": "shards"}))
+    assert (cfg.secagg.name, cfg.compression.name) == ("none", "none")
+    assert (cfg.results.dir, cfg.dataset.partition, cfg.fl.rounds) == ("elsewhere", "shards", 3)
+    assert cfg.dataset.shards_per_client == 2  # the section's other keys keep their defaults
+    with pytest.raises(ConfigError, match="dataset.not_a_key"):
+        fl.build_config(dataset={"not_a_key": 1})
+
+
 def test_run_server_refuses_unknown_keyword():
     with pytest.raises(ConfigError, match="not_a_key"):
         fl.build_config(not_a_key=3)

@@ -23,7 +23,12 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
-           "secagg", "index_policy", "field_bits"]
+           "secagg", "index_policy", "field_bits", "other"]
+# config keys that say where or how long a run ran, never what it computed (or that a column above shows)
+NEUTRAL = ("seed", "backend", "device", "ray.", "results.", "dataset.root", "dataset.system_dirs", "dataset.cache",
+           "dataset.download", "fl.eval_overlap", "fl.rounds")
+MASKING_ONLY = ("secagg.", "compression.index_policy", "compression.fresh_summary", "compression.block_size",
+                "compression.sketch_", "compression.prev_topk_random")  # inert without masking
 BASELINE = ["env", "dataset", "partition", "model"]
 UNRECORDED = "from before the code's commit was recorded"
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
@@ -36,7 +41,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     missing = [d for d in dirs if not Path(d).is_dir()]
     if missing:
         raise SystemExit(f"no such folder: {', '.join(missing)}")
-    frames, incomplete = [], []
+    frames, incomplete, configs = [], [], {}
     for d in dirs:
         for path in sorted(Path(d).rglob("rounds.csv")):
             if (path.parent / "done.json").exists():
@@ -44,6 +49,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                 if labels and d.rstrip("/") in labels:
                     frame["dataset"] = labels[d.rstrip("/")]
                 frames.append(_label_summary_bits(frame, path.parent / "config.json"))
+                configs[frame["run_id"].iloc[0]] = _settings(path.parent / "config.json")
             else:
                 incomplete.append(path)
         # a run that failed before its first round: its failed-*.txt and no rows
@@ -61,7 +67,41 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     if "code" not in rows:  # rows kept before the code's commit was a column
         rows["code"] = UNRECORDED
     rows["code"] = rows["code"].astype(object).fillna(UNRECORDED)
+    rows["other"] = rows["run_id"].map(other_settings(rows, configs))
     return rows, incomplete
+
+
+def _settings(config: Path) -> dict[str, str]:
+    """A run's config.json as {dotted key: JSON value}, less the keys that cannot change its results."""
+    def flat(d: dict, prefix: str = ""):
+        for key, value in d.items():
+            if isinstance(value, dict):
+                yield from flat(value, f"{prefix}{key}.")
+            elif not f"{prefix}{key}".startswith(NEUTRAL):
+                yield f"{prefix}{key}", json.dumps(value)
+    return dict(flat(json.loads(config.read_text()))) if config.exists() else {}
+
+
+def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[str, str]:
+    """run_id -> the config keys (`key=value, ...`) in which it differs from runs the other columns would pool
+    with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting); '' where
+    none. Keys a run's config.json lacks (written before the key existed) are not compared."""
+    lengths = rows.groupby("run_id")["round"].transform("size")
+    runs = rows.assign(length=lengths).groupby("run_id").first().reset_index()
+    other = dict.fromkeys(runs["run_id"], "")
+    for _, g in runs.groupby([c for c in SETTING if c != "other"] + ["length"], dropna=False):
+        cfgs = [configs.get(r, {}) for r in g["run_id"]]
+        masked = g["secagg"].iloc[0] != "none"
+        keys = sorted(k for k in set.intersection(*(set(c) for c in cfgs))
+                      if len({c[k] for c in cfgs}) > 1 and (masked or not k.startswith(MASKING_ONLY)))
+        for run_id, cfg in zip(g["run_id"], cfgs):
+            other[run_id] = ", ".join(f"{k}={_plain(cfg[k])}" for k in keys)
+    return other
+
+
+def _plain(value: str) -> str:
+    v = json.loads(value)
+    return v if isinstance(v, str) else json.dumps(v)
 
 
 def _label_summary_bits(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
@@ -99,6 +139,9 @@ def stage_seconds(run: pd.DataFrame, stage: str) -> pd.Series:
 def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
     """One line per run: final accuracy and its mean over the last LAST evaluated rounds, rounds to target,
     per-round bytes and stage seconds."""
+    if "other" not in rows:
+        rows = rows.assign(other="")
+
     def summarize(run: pd.DataFrame) -> pd.Series:
         run = run.sort_values("round")
         reached = run.loc[run["accuracy"] >= target, "round"]
@@ -120,6 +163,8 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
+    if "other" not in runs:
+        runs = runs.assign(other="")
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
     t = g.agg(seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
               accuracy_last=("last_accuracy", "mean"),
@@ -135,12 +180,20 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
+OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
+               "pool with them. ")
+
+
+def _has_others(t: pd.DataFrame) -> bool:
+    return "other" in t and bool((t["other"].fillna("") != "").any())
+
+
 def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "") -> str:
     lines = ["# Top-k results", "", f"Regenerate: `{command}`", "",
              f"Final test accuracy: mean ± std over seeds; last {LAST}: each run's accuracy averaged over its last "
              f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
              "shards). Field bits: the masked field's width (blank: not masked); "
-             "runs that differ in it are never pooled. Bytes: per client per round, counted from the serialized "
+             "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "") + "Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
              f"Rounds to target: first round with accuracy >= {target}, mean over the seeds that reached it (their "
@@ -150,7 +203,9 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
     if code:
         lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
-    header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits | seeds | accuracy "
+    others = _has_others(t)  # the column only where a line has some
+    header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits "
+              f"{'| other settings ' if others else ''}| seeds | accuracy "
               f"| last {LAST} | Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
               f"| rounds to {target} | upload to {target} |")
@@ -161,7 +216,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
         lines.append(
             f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
             f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
-            f"| {r.seeds} "
+            f"{f'| {r.other} ' if others else ''}| {r.seeds} "
             f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_last:.3f} "
             f"| {_num(r.accuracy_change, '+.3f')} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
@@ -185,7 +240,24 @@ def _num(x: float, spec: str = ".4f") -> str:
     return "" if pd.isna(x) else format(x, spec)
 
 
-NO_RATIO_LINE = "nothing to draw: no dense run here, and no top-k setting (with error feedback)\nrun at two or more ratios"
+def setting_names(frame: pd.DataFrame, ratio: bool = True) -> pd.Series:
+    """Each row's setting in words: codec (and ratio), masking with its index policy, the field's width where the
+    frame's masked rows differ in it, 'no EF', other settings. Rows with equal names are one setting (seeds)."""
+    frame = frame.assign(other=frame["other"].fillna("") if "other" in frame else "",
+                         field_bits=frame["field_bits"] if "field_bits" in frame else np.nan)
+    masked = frame["secagg"] != "none"
+    widths = frame.loc[masked, "field_bits"].nunique() > 1
+    bits = frame["field_bits"].map(lambda b: "" if pd.isna(b) or not widths else f", {b:.0f}-bit field")
+    name = frame["compression"].astype(str)
+    if ratio:
+        name = name + np.where(frame["compression"] == "none", "", " " + frame["ratio"].map("{:g}".format))
+    name = name + np.where(masked, " + " + frame["secagg"].astype(str) + " (" + frame["index_policy"].astype(str)
+                           + bits + ")", "")
+    name = name + np.where(frame["error_feedback"].astype(bool) | (frame["compression"] == "none"), "", " no EF")
+    return name + np.where(frame["other"] != "", ", " + frame["other"], "")
+
+
+NO_RATIO_LINE = "nothing to draw: a line needs a top-k setting (with error feedback)\nrun at two or more ratios"
 
 
 def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
@@ -200,9 +272,11 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
                 ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
     lengths = base["rounds"].nunique() > 1
+    if "other" not in base:
+        base = base.assign(other="")
     lines: dict[tuple, tuple[pd.DataFrame, list[str]]] = {}
-    for (dataset, partition, model, secagg, rounds), g in base.groupby(["dataset", "partition", "model", "secagg",
-                                                                          "rounds"]):
+    for (dataset, partition, model, secagg, rounds, other), g in base.groupby(["dataset", "partition", "model",
+                                                                                 "secagg", "rounds", "other"]):
         dense, sparse = g[g["ratio"] == 1.0], g[g["ratio"] < 1.0]
         widths = sparse["field_bits"].nunique() > 1  # label a masked line with its field only where they differ
         for (policy, bits), p in sparse.groupby(["index_policy", "field_bits"], dropna=False) if len(sparse) \
@@ -213,7 +287,7 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
                 policy = f"{policy}, {bits:.0f}-bit field"
             s = pd.concat([dense, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
             params = int(g["n_params"].iloc[0])
-            run_length = f", {rounds} rounds" if lengths else ""
+            run_length = (f", {rounds} rounds" if lengths else "") + (f", {other}" if other else "")
             key = (f"{model} ({params:,} params), {dataset} {partition}", policy if secagg != "none" else None,
                    run_length, secagg == "none", tuple(s.index), tuple(s["mean"].round(6)))
             lines.setdefault(key, (s, []))[1].append(secagg)
@@ -235,25 +309,44 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     plt.close(fig)
 
 
+def _panels(count: int, entries: int):
+    """(figure, axes) for `count` panels three to a row, each row tall enough for a legend of up to `entries`
+    lines below its panels (a legend inside hid the curves; beside them it ran off the figure)."""
+    cols = min(count, 3)
+    grid_rows = -(-count // cols)
+    fig, axes = plt.subplots(grid_rows, cols, figsize=(5.5 * cols, (4.2 + 0.12 * min(entries, 40)) * grid_rows),
+                             squeeze=False)
+    for ax in axes.flat[count:]:
+        ax.set_visible(False)
+    for ax in axes.flat:
+        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # ten colours repeat within one legend
+    return fig, axes
+
+
+def _legend_below(ax) -> None:
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+
+
 def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
-    """One panel per model and dataset: every codec's final accuracy against its cumulative upload."""
-    label = runs["compression"] + np.where(runs["secagg"] != "none", " + " + runs["secagg"] + " (" +
-                                           runs["index_policy"].astype(str) + ")", "") \
-        + np.where(runs["error_feedback"].astype(bool) | (runs["compression"] == "none"), "", " no EF")
-    runs = runs.assign(codec=label)
-    panels = list(runs.groupby(["dataset", "model"]))
-    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.2), squeeze=False)
-    for ax, ((dataset, model), g) in zip(axes[0], panels):
-        for name, c in g.groupby("codec"):
+    """One panel per data, partition and model (three to a row): each setting's final accuracy against its
+    cumulative upload, a point per ratio; runs of different lengths are separate lines."""
+    panels = list(runs.groupby(["dataset", "partition", "model"]))
+    fig, axes = _panels(len(panels), max(len(set(zip(setting_names(g, ratio=False), g["rounds"]))) for _, g in panels))
+    for ax, ((dataset, partition, model), g) in zip(axes.flat, panels):
+        several = g["rounds"].nunique() > 1
+        g = g.assign(codec=setting_names(g, ratio=False))
+        for (name, rounds), c in g.groupby(["codec", "rounds"]):
             s = c.groupby("ratio")[["upload_total_per_client", "final_accuracy"]].mean().sort_values(
                 "upload_total_per_client")
-            ax.plot(s["upload_total_per_client"], s["final_accuracy"], marker="o", label=name)
+            ax.plot(s["upload_total_per_client"], s["final_accuracy"], marker="o",
+                    label=f"{name} ({rounds} rounds)" if several else name)
         ax.set_xscale("log")
-        ax.set_title(f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset}", fontsize=9)
+        ax.set_title(f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset} ({partition})", fontsize=9)
         ax.set_xlabel("cumulative upload per client (bytes)")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
-    axes[0][0].set_ylabel("final test accuracy")
+        _legend_below(ax)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("final test accuracy")
     fig.suptitle("Accuracy vs. bytes sent, every codec (points: ratios, mean over seeds)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
@@ -264,19 +357,13 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
     """One panel per data, partition and model (three to a row): test accuracy each round, mean over seeds, per
     setting."""
     rows = rows.dropna(subset=["accuracy"])
-    label = rows["compression"] + np.where(rows["compression"] == "none", "", " " + rows["ratio"].astype(str)) \
-        + np.where(rows["secagg"] != "none", " + " + rows["secagg"], "") \
-        + np.where(rows["error_feedback"].astype(bool) | (rows["compression"] == "none"), "", " no EF")
     length = rows.groupby("run_id")["round"].transform("max") + 1
-    rows = rows.assign(setting=label, length=length)
+    rows = rows.assign(length=length)
     panels = list(rows.groupby(["dataset", "partition", "model"]))
-    cols = min(len(panels), 3)
-    grid_rows = -(-len(panels) // cols)
-    fig, axes = plt.subplots(grid_rows, cols, figsize=(5.5 * cols, 4.5 * grid_rows), squeeze=False)
-    for ax in axes.flat[len(panels):]:
-        ax.set_visible(False)
+    fig, axes = _panels(len(panels), max(len(set(zip(setting_names(g), g["length"]))) for _, g in panels))
     for ax, ((dataset, partition, model), g) in zip(axes.flat, panels):
         several = g["length"].nunique() > 1  # runs of different lengths are never averaged as seeds
+        g = g.assign(setting=setting_names(g))
         for (name, rounds), c in g.groupby(["setting", "length"]):
             curve = c.groupby("round")["accuracy"].mean()
             ax.plot(curve.index + 1, curve.to_numpy(), label=f"{name} ({rounds} rounds)" if several else name,
@@ -284,7 +371,7 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
         ax.set_title(f"{model}, {dataset} ({partition})", fontsize=9)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=6, ncol=2)
+        _legend_below(ax)
     for ax in axes[:, 0]:
         ax.set_ylabel("test accuracy (mean over seeds)")
     fig.suptitle("Accuracy vs. round (dashed: masked)")
@@ -294,15 +381,17 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
 
 
 def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
-    g = t_runs.groupby(["dataset", "model", "compression", "ratio", "secagg"])[STAGES + ["t_round"]].mean()
+    t_runs = t_runs.assign(setting=setting_names(t_runs))
+    g = t_runs.groupby(["dataset", "partition", "model", "setting"])[STAGES + ["t_round"]].mean()
     g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
-    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 5))
+    names = [f"{d} ({p}) {m} {s}" for d, p, m, s in g.index]
+    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 3.6 + 0.055 * max(map(len, names))))  # room for the names
     bottom = np.zeros(len(g))
     for stage in STAGES + ["other"]:
         ax.bar(range(len(g)), g[stage], bottom=bottom, label=stage.removeprefix("t_"))
         bottom += g[stage].to_numpy()
     ax.set_xticks(range(len(g)))
-    ax.set_xticklabels([f"{d} {m} {c} {r:g} {s}" for d, m, c, r, s in g.index], rotation=70, ha="right",
+    ax.set_xticklabels(names, rotation=70, ha="right",
                        fontsize=7)
     ax.set_ylabel("seconds per round")
     ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort, a carried evaluation "
@@ -327,7 +416,7 @@ def main(argv=None) -> pd.DataFrame:
     t = table(runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t.to_csv(out / "topk_table.csv", index=False)
+    t.drop(columns=[] if (t["other"] != "").any() else ["other"]).to_csv(out / "topk_table.csv", index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command,
                                                       code_versions(rows)))

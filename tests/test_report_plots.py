@@ -1,5 +1,7 @@
 """experiments.report: each masked index policy and each field width is its own line and its own table row, never
 pooled with another."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -117,7 +119,8 @@ def test_round_curves_of_runs_of_different_lengths_are_drawn_apart(tmp_path, mon
     drawn = []
     monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
     report.plot_accuracy_vs_round(pd.DataFrame(short + long), tmp_path / "curves.png")
-    assert sorted(drawn) == [("topk 0.02 + dh (2 rounds)", [0.5, 0.5]), ("topk 0.02 + dh (3 rounds)", [0.9, 0.9, 0.9])]
+    assert sorted(drawn) == [("topk 0.02 + dh (fresh(marginals)) (2 rounds)", [0.5, 0.5]),
+                             ("topk 0.02 + dh (fresh(marginals)) (3 rounds)", [0.9, 0.9, 0.9])]
 
 
 def test_evaluation_carried_by_the_next_round_counts_in_the_evaluate_stage_and_older_rows_read_as_before():
@@ -185,3 +188,59 @@ def test_a_ratio_plot_with_no_line_to_draw_says_why_instead_of_an_empty_frame(tm
     report.plot_accuracy_vs_ratio(pd.concat([runs, pd.DataFrame([_run("none", "dense", 1.0, 0.8, "none")])]),
                                   tmp_path / "plot.png")
     assert texts == []  # the dense point is drawn, with its legend
+
+
+def _write_run(root, name, rows, config):
+    run = root / name
+    run.mkdir(parents=True)
+    pd.DataFrame(rows).to_csv(run / "rounds.csv", index=False)
+    (run / "config.json").write_text(json.dumps(config))
+    (run / "done.json").write_text("{}")
+
+
+def _config(lr=0.1, policy="fresh", **secagg):
+    return {"seed": 0, "backend": "inline", "results": {"dir": "x"}, "fl": {"lr": lr, "rounds": 2},
+            "compression": {"index_policy": policy}, "secagg": {"dropout": 0.0, **secagg}}
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # plot is replaced: nothing to put in a legend
+def test_runs_that_differ_in_a_setting_the_columns_do_not_show_are_separate_lines_naming_it(tmp_path, monkeypatch):
+    """An lr swept at one seed was pooled as seeds of one setting, in the table and in every plot."""
+    _write_run(tmp_path, "a", _rows("a", 0, 20, 0.7), _config(lr=0.1))
+    _write_run(tmp_path, "b", _rows("b", 0, 20, 0.5), _config(lr=0.05))
+    _write_run(tmp_path, "c", _rows("c", 1, 20, 0.6), {**_config(lr=0.05), "seed": 1, "backend": "ray"})
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6)).set_index("other")
+    assert sorted(t.index) == ["fl.lr=0.05", "fl.lr=0.1"]  # the seed and the backend are not settings
+    assert t.loc["fl.lr=0.1", "accuracy"] == pytest.approx(0.7) and t.loc["fl.lr=0.05", "seeds"] == 2
+    md = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd")
+    assert "| other settings |" in md and "| fl.lr=0.05 | 2 |" in md
+    drawn = []
+    monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append(kw["label"]))
+    report.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
+    assert sorted(drawn) == ["topk 0.02 + dh (fresh(marginals)), fl.lr=0.05", "topk 0.02 + dh (fresh(marginals)), fl.lr=0.1"]
+
+
+def test_masking_keys_of_unmasked_runs_and_keys_older_configs_lack_do_not_split_a_setting(tmp_path):
+    plain = [dict(r, secagg="none", index_policy="per-client", field_bits=np.nan) for r in _rows("a", 0, 20, 0.7)]
+    _write_run(tmp_path, "a", plain, _config(policy="sketch"))
+    _write_run(tmp_path, "b", [dict(r, run_id="b", seed=1) for r in plain],
+               {**_config(policy="fresh", dropout=0.0, bits=None), "seed": 1})
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6))
+    assert len(t) == 1 and t["seeds"].iloc[0] == 2 and t["other"].iloc[0] == ""
+    assert "other settings" not in report.markdown(t, [], 0.6, "cmd")
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # plot is replaced: nothing to put in a legend
+def test_accuracy_vs_bytes_has_a_panel_per_partition_and_a_line_per_index_policy(tmp_path, monkeypatch):
+    """Both partitions were one panel, their accuracies averaged; index policies and field widths were pooled."""
+    runs = pd.DataFrame([dict(_run("dh", pol, r, a + (0.1 if part == "iid" else 0)), partition=part, field_bits=20,
+                              upload_total_per_client=r * 1000)
+                         for part in ("iid", "shards") for pol in ("fresh(marginals)", "fresh(exact)")
+                         for r, a in ((0.1, 0.7), (0.01, 0.6))])
+    drawn = []
+    monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
+    report.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
+    assert len(drawn) == 4 and ("topk + dh (fresh(exact))", [0.6, 0.7]) in drawn
+    assert [y for label, y in drawn if label == "topk + dh (fresh(exact))"] == [pytest.approx([0.7, 0.8]), [0.6, 0.7]]

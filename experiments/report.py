@@ -27,6 +27,7 @@ SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "r
 # config keys that say where or how long a run ran, never what it computed (or that a column above shows)
 NEUTRAL = ("seed", "backend", "device", "ray.", "results.", "dataset.root", "dataset.system_dirs", "dataset.cache",
            "dataset.download", "fl.eval_overlap", "fl.rounds")
+CODEC = ("compression.", "secagg.")
 MASKING_ONLY = ("secagg.", "compression.index_policy", "compression.fresh_summary", "compression.block_size",
                 "compression.sketch_", "compression.prev_topk_random")  # inert without masking
 BASELINE = ["env", "dataset", "partition", "model"]
@@ -68,6 +69,9 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         rows["code"] = UNRECORDED
     rows["code"] = rows["code"].astype(object).fillna(UNRECORDED)
     rows["other"] = rows["run_id"].map(other_settings(rows, configs))
+    # what a line shares with its dense baseline: everything but the codec and the masking
+    rows["base"] = rows["run_id"].map({r: json.dumps({k: v for k, v in c.items() if not k.startswith(CODEC)},
+                                                     sort_keys=True) for r, c in configs.items()})
     return rows, incomplete
 
 
@@ -139,13 +143,12 @@ def stage_seconds(run: pd.DataFrame, stage: str) -> pd.Series:
 def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
     """One line per run: final accuracy and its mean over the last LAST evaluated rounds, rounds to target,
     per-round bytes and stage seconds."""
-    if "other" not in rows:
-        rows = rows.assign(other="")
+    rows = rows.assign(**{c: rows[c] if c in rows else "" for c in ("other", "base")})
 
     def summarize(run: pd.DataFrame) -> pd.Series:
         run = run.sort_values("round")
         reached = run.loc[run["accuracy"] >= target, "round"]
-        out = {k: run[k].iloc[0] for k in SETTING + ["seed"]}
+        out = {k: run[k].iloc[0] for k in SETTING + ["seed", "base"]}
         # all clients' upload until the target is first reached, per client of the population
         upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
             if len(reached) else np.nan
@@ -163,21 +166,32 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
-    if "other" not in runs:
-        runs = runs.assign(other="")
+    runs = runs.assign(**{c: runs[c] if c in runs else "" for c in ("other", "base")})
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
-    t = g.agg(seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
+    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
               accuracy_last=("last_accuracy", "mean"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
               round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean"),
               reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean")).reset_index()
-    dense = t[(t["compression"] == "none") & (t["secagg"] == "none")].set_index(BASELINE + ["rounds"])
-    key = t.set_index(BASELINE + ["rounds"]).index
-    t["up_vs_dense"] = t["up_per_client"].to_numpy() / dense["up_per_client"].reindex(key).to_numpy()
-    t["down_vs_dense"] = t["down_per_client"].to_numpy() / dense["down_per_client"].reindex(key).to_numpy()
-    t["accuracy_change"] = t["accuracy"].to_numpy() - dense["accuracy"].reindex(key).to_numpy()
+    base = _dense_baseline(t)
+    t["up_vs_dense"] = t["up_per_client"].to_numpy() / base["up_per_client"].to_numpy()
+    t["down_vs_dense"] = t["down_per_client"].to_numpy() / base["down_per_client"].to_numpy()
+    t["accuracy_change"] = t["accuracy"].to_numpy() - base["accuracy"].to_numpy()
     return t
+
+
+def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
+    """Each line's dense baseline (same environment, data, model and run length): the dense line whose config
+    differs from it only in the codec and the masking, else the only dense line there; NaN where neither exists
+    (several dense lines, none alike)."""
+    keys, values = BASELINE + ["rounds"], ["up_per_client", "down_per_client", "accuracy"]
+    dense = t[(t["compression"] == "none") & (t["secagg"] == "none")]
+    alike = t[keys + ["base"]].merge(dense[keys + ["base"] + values].drop_duplicates(keys + ["base"]),
+                                     on=keys + ["base"], how="left")
+    only = dense[dense.groupby(keys, dropna=False)["other"].transform("size") == 1]
+    sole = t[keys].merge(only[keys + values], on=keys, how="left")
+    return alike[values].fillna(sole[values])
 
 
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
@@ -416,7 +430,8 @@ def main(argv=None) -> pd.DataFrame:
     t = table(runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t.drop(columns=[] if (t["other"] != "").any() else ["other"]).to_csv(out / "topk_table.csv", index=False)
+    t.drop(columns=["base"] + ([] if (t["other"] != "").any() else ["other"])).to_csv(out / "topk_table.csv",
+                                                                                      index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command,
                                                       code_versions(rows)))

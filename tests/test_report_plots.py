@@ -244,3 +244,20 @@ def test_accuracy_vs_bytes_has_a_panel_per_partition_and_a_line_per_index_policy
     report.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
     assert len(drawn) == 4 and ("topk + dh (fresh(exact))", [0.6, 0.7]) in drawn
     assert [y for label, y in drawn if label == "topk + dh (fresh(exact))"] == [pytest.approx([0.7, 0.8]), [0.6, 0.7]]
+
+
+def test_each_line_is_compared_with_the_dense_run_of_its_own_other_settings(tmp_path):
+    """Two dense lines (two lr) beside top-k lines crashed the table ('non-unique multi-index')."""
+    dense = [dict(r, compression="none", ratio=1.0, secagg="none", index_policy="dense", field_bits=np.nan)
+             for r in _rows("d", 0, 20, 0.7)]
+    sparse = [dict(r, secagg="none", index_policy="per-client", field_bits=np.nan) for r in _rows("s", 0, 20, 0.7)]
+    for lr, acc in ((0.1, 0.9), (0.05, 0.6)):
+        _write_run(tmp_path, f"d{lr}", [dict(r, run_id=f"d{lr}", accuracy=acc, bytes_up_per_client=1000) for r in dense],
+                   {**_config(lr=lr), "compression": {"name": "none"}})
+        _write_run(tmp_path, f"s{lr}", [dict(r, run_id=f"s{lr}", accuracy=acc - 0.1) for r in sparse],
+                   {**_config(lr=lr), "compression": {"name": "topk", "ratio": 0.02}})
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6)).set_index(["compression", "other"])
+    assert t.loc[("topk", "fl.lr=0.05"), "accuracy_change"] == pytest.approx(-0.1)
+    assert t.loc[("topk", "fl.lr=0.1"), "accuracy_change"] == pytest.approx(-0.1)
+    assert t.loc[("topk", "fl.lr=0.1"), "up_vs_dense"] == pytest.approx(2.0)

@@ -396,7 +396,8 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
 
 def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     t_runs = t_runs.assign(setting=setting_names(t_runs))
-    g = t_runs.groupby(["dataset", "partition", "model", "setting"])[STAGES + ["t_round"]].mean()
+    # a stage a setting has not (no masking: t_mask is blank) is 0 s; a blank would stop the stack there
+    g = t_runs.groupby(["dataset", "partition", "model", "setting"])[STAGES + ["t_round"]].mean().fillna(0.0)
     g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
     names = [f"{d} ({p}) {m} {s}" for d, p, m, s in g.index]
     fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 3.6 + 0.055 * max(map(len, names))))  # room for the names

@@ -261,3 +261,15 @@ def test_each_line_is_compared_with_the_dense_run_of_its_own_other_settings(tmp_
     assert t.loc[("topk", "fl.lr=0.05"), "accuracy_change"] == pytest.approx(-0.1)
     assert t.loc[("topk", "fl.lr=0.1"), "accuracy_change"] == pytest.approx(-0.1)
     assert t.loc[("topk", "fl.lr=0.1"), "up_vs_dense"] == pytest.approx(2.0)
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # bar is replaced: nothing to put in a legend
+def test_a_plain_runs_time_bar_stacks_every_stage_though_it_has_no_masking_stage(tmp_path, monkeypatch):
+    """Unmasked runs' blank t_mask made every stage above it (aggregate, decode, evaluate) vanish from the bar."""
+    runs = pd.DataFrame([dict(_run("none", "dense", 1.0, 0.8, "none"), t_train=1.0, t_encode=0.1, t_mask=np.nan,
+                              t_aggregate=0.1, t_decode=np.nan, t_evaluate=0.5, t_round=2.0)])
+    bars = {}
+    monkeypatch.setattr(report.plt.Axes, "bar",
+                        lambda self, x, h, bottom, label: bars.update({label: (list(h), list(bottom))}))
+    report.plot_time_breakdown(runs, tmp_path / "time.png")
+    assert bars["evaluate"] == ([0.5], [pytest.approx(1.2)]) and bars["other"] == ([pytest.approx(0.3)], [pytest.approx(1.7)])

@@ -1,7 +1,7 @@
 """A command's process tree, watched while it runs: its peak proportional set size (PSS, each shared page
 counted once across the tree) with what each process held at that moment, and its start-up and exit.
 
-    python -m experiments.process_tree [simulate.py overrides ...]   # prints the table for one run
+    python -m experiments.process_tree [simulate.py overrides ...]   # prints them (JSON) for one run
 """
 from __future__ import annotations
 
@@ -81,4 +81,7 @@ def watch(args: list[str], interval: float = 0.05) -> dict:
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):  # otherwise handed to simulate.py as an override
+        print(__doc__.strip())
+        sys.exit(0)
     print(json.dumps(watch([*CELL, *sys.argv[1:]]), indent=1))

@@ -33,6 +33,7 @@ MASKING_ONLY = ("secagg.", "compression.index_policy", "compression.fresh_summar
 BASELINE = ["env", "dataset", "partition", "model"]
 UNRECORDED = "from before the code's commit was recorded"
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
+LOST = ["dropped_per_round", "rejected_per_round", "aborted_rounds"]  # shown where a line lost any
 LAST = 5  # the "last 5" column: accuracy averaged over a run's last LAST evaluated rounds
 
 
@@ -158,6 +159,8 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
                    upload_to_target=upload,
                    up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
                    upload_total_per_client=run["bytes_up_per_client"].sum(),
+                   **{f"{c}_per_round": run[c].mean() if c in run else 0.0 for c in ("dropped", "rejected")},
+                   aborted_rounds=run["aborted"].astype(bool).sum() if "aborted" in run else 0,
                    rounds=len(run), **{s: stage_seconds(run, s).mean() for s in STAGES + ["t_round"]})
         return pd.Series(out)
 
@@ -173,7 +176,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
               round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean"),
-              reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean")).reset_index()
+              reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean"),
+              **{c: (c, "mean") for c in LOST}).reset_index()
     base = _dense_baseline(t)
     t["up_vs_dense"] = t["up_per_client"].to_numpy() / base["up_per_client"].to_numpy()
     t["down_vs_dense"] = t["down_per_client"].to_numpy() / base["down_per_client"].to_numpy()
@@ -198,6 +202,14 @@ OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ fr
                "pool with them. ")
 
 
+LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid), aborted "
+             "rounds: rounds not applied (too few survivors), means over seeds. ")
+
+
+def _has_lost(t: pd.DataFrame) -> bool:
+    return all(c in t for c in LOST) and bool((t[LOST].fillna(0) > 0).any(axis=None))
+
+
 def _has_others(t: pd.DataFrame) -> bool:
     return "other" in t and bool((t["other"].fillna("") != "").any())
 
@@ -207,8 +219,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              f"Final test accuracy: mean ± std over seeds; last {LAST}: each run's accuracy averaged over its last "
              f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
              "shards). Field bits: the masked field's width (blank: not masked); "
-             "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "") + "Bytes: per client per round, counted from the serialized "
-             "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
+             "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "")
+             + (LOST_NOTE if _has_lost(t) else "") + "Bytes: per client per round, counted from the serialized messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
              f"Rounds to target: first round with accuracy >= {target}, mean over the seeds that reached it (their "
              "count after the slash; blank = none did); upload to target: every client's upload until then, per "
@@ -217,12 +229,13 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
     if code:
         lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
-    others = _has_others(t)  # the column only where a line has some
+    others, lost = _has_others(t), _has_lost(t)  # these columns only where a line has some
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits "
               f"{'| other settings ' if others else ''}| seeds | accuracy "
               f"| last {LAST} | Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
-              f"| rounds to {target} | upload to {target} |")
+              f"| rounds to {target} | upload to {target} |"
+              + (" dropped / round | rejected / round | aborted rounds |" if lost else ""))
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     lengths = t["rounds"].nunique() > 1  # say each line's run length where they differ
     for r in t.itertuples():
@@ -236,7 +249,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
-            f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |")
+            f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
+            + (f" {r.dropped_per_round:.2f} | {r.rejected_per_round:.2f} | {r.aborted_rounds:g} |" if lost else ""))
     if len(envs) > 1:
         lines += ["", "## Environments compared (seconds per round)", "",
                   t.pivot_table(index=["dataset", "model", "compression", "ratio", "secagg"], columns="env",
@@ -431,8 +445,8 @@ def main(argv=None) -> pd.DataFrame:
     t = table(runs)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    t.drop(columns=["base"] + ([] if (t["other"] != "").any() else ["other"])).to_csv(out / "topk_table.csv",
-                                                                                      index=False)
+    hidden = ["base"] + ([] if _has_others(t) else ["other"]) + ([] if _has_lost(t) else LOST)
+    t.drop(columns=hidden).to_csv(out / "topk_table.csv", index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command,
                                                       code_versions(rows)))

@@ -273,3 +273,13 @@ def test_a_plain_runs_time_bar_stacks_every_stage_though_it_has_no_masking_stage
                         lambda self, x, h, bottom, label: bars.update({label: (list(h), list(bottom))}))
     report.plot_time_breakdown(runs, tmp_path / "time.png")
     assert bars["evaluate"] == ([0.5], [pytest.approx(1.2)]) and bars["other"] == ([pytest.approx(0.3)], [pytest.approx(1.7)])
+
+
+def test_lines_that_lost_clients_or_rounds_say_how_many_and_other_tables_have_no_such_columns():
+    rows = [dict(r, dropped=d, rejected=0, aborted=a) for r, d, a in zip(_rows("a", 0, 20, 0.7), (4, 2), (False, True))]
+    t = report.table(report.per_run(pd.DataFrame(rows), 0.6))
+    assert (t["dropped_per_round"].iloc[0], t["aborted_rounds"].iloc[0]) == (3.0, 1)
+    md = report.markdown(t, [], 0.6, "cmd")
+    assert "| dropped / round | rejected / round | aborted rounds |" in md and "| 3.00 | 0.00 | 1 |" in md
+    calm = report.table(report.per_run(pd.DataFrame([dict(r, dropped=0, rejected=0, aborted=False) for r in rows]), 0.6))
+    assert "dropped / round" not in report.markdown(calm, [], 0.6, "cmd")

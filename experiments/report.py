@@ -337,6 +337,11 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     plt.close(fig)
 
 
+# tab20's strong colours, then its light ones: ten colours repeat within one legend, and tab20's own order puts
+# each light shade next to its strong one
+PALETTE = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]
+
+
 def _panels(count: int, entries: int):
     """(figure, axes) for `count` panels three to a row, each row tall enough for a legend of up to `entries`
     lines below its panels (a legend inside hid the curves; beside them it ran off the figure)."""
@@ -347,7 +352,7 @@ def _panels(count: int, entries: int):
     for ax in axes.flat[count:]:
         ax.set_visible(False)
     for ax in axes.flat:
-        ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)  # ten colours repeat within one legend
+        ax.set_prop_cycle(color=PALETTE)
     return fig, axes
 
 

@@ -230,10 +230,15 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
                 raise ConfigError(f"secagg.{key} must be > 0")
         try:  # the field sum of clients_per_round inputs must not wrap: checked here, not mid-run
             secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round, field_bits(c), c.secagg.quant_bits)
-            secagg.make_round(c.secagg.name, bytes(32), range(f.clients_per_round), 1, c.secagg.threshold,
-                              c.secagg.neighbours)  # threshold and graph degree for this cohort size
         except ValueError as err:
             raise ConfigError(f"secagg: {err}") from None
+        try:  # threshold and graph degree (the protocol's names for these keys) for this cohort size
+            secagg.make_round(c.secagg.name, bytes(32), range(f.clients_per_round), 1, c.secagg.threshold,
+                              c.secagg.neighbours)
+        except ValueError as err:
+            keys = ", ".join(f"secagg.{k}={'null' if v is None else v}" for k, v in
+                             (("neighbours", c.secagg.neighbours), ("threshold", c.secagg.threshold)))
+            raise ConfigError(f"{keys} with {f.clients_per_round} clients a round: {err}") from None
         if not 0 <= c.secagg.dropout < 1:
             raise ConfigError(f"secagg.dropout must be in [0, 1), got {c.secagg.dropout}")
     return canonical_settings(typed)

@@ -79,6 +79,10 @@ def test_run_server_refuses_unknown_keyword():
     ("dataset.partition=labels fl.num_clients=5 fl.clients_per_round=5", "at least 10 clients"),
     ("compression.index_policy=best", "index_policy"),
     ("secagg.clip=0", "clip"),
+    # the protocol calls them degree and threshold t; the refusal names the keys the user set
+    ("secagg=secaggplus secagg.neighbours=1", r"secagg.neighbours=1, secagg.threshold=null with 10 clients a round: "
+                                              r"degree must be an even integer in \[2, 9\]"),
+    ("secagg=secaggplus secagg.neighbours=4 secagg.threshold=6", r"secagg.neighbours=4, secagg.threshold=6 .*exceeds the 5"),
 ])
 def test_inconsistent_values_are_refused(override, match):
     with pytest.raises(ConfigError, match=match):

@@ -6,6 +6,7 @@ names, ratio range, fixed-point overflow) and runs before a single row is writte
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -201,12 +202,17 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"fl.lr must be > 0, got {f.lr}")
     if not 0 <= f.momentum < 1 or not f.weight_decay >= 0:
         raise ConfigError(f"need 0 <= fl.momentum < 1 and fl.weight_decay >= 0, got {f.momentum} and {f.weight_decay}")
+    per_layer = c.compression.per_layer and c.compression.name != "none"
+    if per_layer and "layout" not in inspect.signature(compression.get(c.compression.name)).parameters:
+        layered = [n for n in compression.names() if "layout" in inspect.signature(compression.get(n)).parameters]
+        raise ConfigError(f"compression.per_layer=true: {c.compression.name!r} has no per-layer form; "
+                          f"{', '.join(layered)} have (selection or scales per layer)")
     try:  # the codec accepts its options (a typo'd option name fails here)
-        extra = {"layout": [1]} if c.compression.per_layer and c.compression.name != "none" else {}
+        extra = {"layout": [1]} if per_layer else {}
         codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options, **extra)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"compression {c.compression.name!r}: {err}") from None
-    if (secagg.get(c.secagg.name).masks and c.compression.client
+    if (secagg.get(c.secagg.name).masks and c.compression.client and c.compression.name != "none"
             and c.compression.name not in MASKABLE and not getattr(codec, "linear", False)):
         raise ConfigError(
             f"compression {c.compression.name!r} cannot be combined with masking: pairwise masks cancel only "

@@ -79,6 +79,8 @@ def test_run_server_refuses_unknown_keyword():
     ("dataset.partition=labels fl.num_clients=5 fl.clients_per_round=5", "at least 10 clients"),
     ("compression.index_policy=best", "index_policy"),
     ("secagg.clip=0", "clip"),
+    # a codec without a per-layer form: was a TypeError text ("unexpected keyword argument 'layout'")
+    ("compression=randk compression.per_layer=true", r"'randk' has no per-layer form; int8, qsgd, ternary, topk have"),
     # the protocol calls them degree and threshold t; the refusal names the keys the user set
     ("secagg=secaggplus secagg.neighbours=1", r"secagg.neighbours=1, secagg.threshold=null with 10 clients a round: "
                                               r"degree must be an even integer in \[2, 9\]"),
@@ -115,3 +117,9 @@ def test_quant_bits_whose_sum_needs_more_than_32_bits_are_refused():
         validate(fl.compose(["fl.num_clients=1000", "fl.clients_per_round=1000", "secagg.quant_bits=24"]))
     with pytest.raises(ConfigError, match="quant_bits"):
         validate(fl.compose(["secagg.quant_bits=1"]))
+
+
+def test_no_compression_under_masking_is_dense_masking_whatever_compression_client_says():
+    """compression.client=true with compression=none was refused as 'none cannot be combined with masking'."""
+    said = validate(fl.compose(["compression=none", "compression.client=true", "compression.per_layer=true"]))
+    assert said == validate(fl.compose(["compression=none"]))

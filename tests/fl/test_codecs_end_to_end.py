@@ -105,7 +105,8 @@ def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
 
 
 def test_per_layer_is_refused_for_a_codec_without_layers():
-    with pytest.raises(ConfigError, match="layout"):
+    """It read as a TypeError's text ("unexpected keyword argument 'layout'"); now it names the codecs that have one."""
+    with pytest.raises(ConfigError, match="per_layer=true: 'randk' has no per-layer form; int8, qsgd, ternary, topk have"):
         validate(fl.compose(["compression=randk", "secagg=none", "compression.per_layer=true"]))
 
 

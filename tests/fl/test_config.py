@@ -79,8 +79,6 @@ def test_run_server_refuses_unknown_keyword():
     ("dataset.partition=labels fl.num_clients=5 fl.clients_per_round=5", "at least 10 clients"),
     ("compression.index_policy=best", "index_policy"),
     ("secagg.clip=0", "clip"),
-    # a codec without a per-layer form: was a TypeError text ("unexpected keyword argument 'layout'")
-    ("compression=randk compression.per_layer=true", r"'randk' has no per-layer form; int8, qsgd, ternary, topk have"),
     # the protocol calls them degree and threshold t; the refusal names the keys the user set
     ("secagg=secaggplus secagg.neighbours=1", r"secagg.neighbours=1, secagg.threshold=null with 10 clients a round: "
                                               r"degree must be an even integer in \[2, 9\]"),

@@ -171,8 +171,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
     runs = runs.assign(**{c: runs[c] if c in runs else "" for c in ("other", "base")})
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
-    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"), accuracy_std=("final_accuracy", "std"),
-              accuracy_last=("last_accuracy", "mean"),
+    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"),
+              accuracy_std=("final_accuracy", "std"), accuracy_last=("last_accuracy", "mean"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
               round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean"),
@@ -200,8 +200,6 @@ def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
 
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
                "pool with them. ")
-
-
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid), aborted "
              "rounds: rounds not applied (too few survivors), means over seeds. ")
 
@@ -220,7 +218,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
              "shards). Field bits: the masked field's width (blank: not masked); "
              "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "")
-             + (LOST_NOTE if _has_lost(t) else "") + "Bytes: per client per round, counted from the serialized messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
+             + (LOST_NOTE if _has_lost(t) else "") + "Bytes: per client per round, counted from the serialized "
+             "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
              f"Rounds to target: first round with accuracy >= {target}, mean over the seeds that reached it (their "
              "count after the slash; blank = none did); upload to target: every client's upload until then, per "
@@ -364,7 +363,8 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
     """One panel per data, partition and model (three to a row): each setting's final accuracy against its
     cumulative upload, a point per ratio; runs of different lengths are separate lines."""
     panels = list(runs.groupby(["dataset", "partition", "model"]))
-    fig, axes = _panels(len(panels), max(len(set(zip(setting_names(g, ratio=False), g["rounds"]))) for _, g in panels))
+    fig, axes = _panels(len(panels), max(len(set(zip(setting_names(g, ratio=False), g["rounds"])))
+                                         for _, g in panels))
     for ax, ((dataset, partition, model), g) in zip(axes.flat, panels):
         several = g["rounds"].nunique() > 1
         g = g.assign(codec=setting_names(g, ratio=False))
@@ -425,8 +425,7 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
         ax.bar(range(len(g)), g[stage], bottom=bottom, label=stage.removeprefix("t_"))
         bottom += g[stage].to_numpy()
     ax.set_xticks(range(len(g)))
-    ax.set_xticklabels(names, rotation=70, ha="right",
-                       fontsize=7)
+    ax.set_xticklabels(names, rotation=70, ha="right", fontsize=7)
     ax.set_ylabel("seconds per round")
     ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort, a carried evaluation "
                  "over the workers;\nother = the rest of the round)", fontsize=10)

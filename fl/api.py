@@ -67,7 +67,7 @@ def _dotted(values: dict, prefix: str = ""):
             yield f"{prefix}{key}", value
 
 
-def run_server(mask_protocol: str = "DHProtocol", compression_protocol: str = "TopKProtocol",
+def run_server(mask_protocol: str | None = "DHProtocol", compression_protocol: str | None = "TopKProtocol",
                server_with_compression: bool = True, client_with_compression: bool = True,
                compress_ratio: float = 0.5, **other_config: Any) -> pd.DataFrame:
     """Run one simulation with the seed framework's switches; returns its per-round rows."""

@@ -131,6 +131,11 @@ MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared ind
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
 
 
+def _has_layers(codec: str) -> bool:
+    """Whether the codec takes a per-layer layout (compression.per_layer)."""
+    return "layout" in inspect.signature(compression.get(codec)).parameters
+
+
 def validate(cfg: DictConfig | Config) -> DictConfig:
     """Refuse a configuration before any work: returns the typed config with canonical protocol names."""
     schema = OmegaConf.structured(Config)
@@ -203,8 +208,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if not 0 <= f.momentum < 1 or not f.weight_decay >= 0:
         raise ConfigError(f"need 0 <= fl.momentum < 1 and fl.weight_decay >= 0, got {f.momentum} and {f.weight_decay}")
     per_layer = c.compression.per_layer and c.compression.name != "none"
-    if per_layer and "layout" not in inspect.signature(compression.get(c.compression.name)).parameters:
-        layered = [n for n in compression.names() if "layout" in inspect.signature(compression.get(n)).parameters]
+    if per_layer and not _has_layers(c.compression.name):
+        layered = [n for n in compression.names() if _has_layers(n)]
         raise ConfigError(f"compression.per_layer=true: {c.compression.name!r} has no per-layer form; "
                           f"{', '.join(layered)} have (selection or scales per layer)")
     try:  # the codec accepts its options (a typo'd option name fails here)

@@ -32,6 +32,8 @@ class FLConfig:
     lr: float = 0.1
     momentum: float = 0.0           # local SGD momentum (buffers restart with each client's training)
     weight_decay: float = 0.0       # local SGD L2 weight decay
+    server_lr: float = 1.0          # the server's step on the mean update (1 with no momentum: FedAvg)
+    server_momentum: float = 0.0    # FedAvgM: the server's momentum over rounds' mean updates
     eval_every: int = 1
     eval_overlap: bool = True       # evaluate round r in round r+1's training call (fl.evaluation): same figures
 
@@ -207,6 +209,9 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"fl.lr must be > 0, got {f.lr}")
     if not 0 <= f.momentum < 1 or not f.weight_decay >= 0:
         raise ConfigError(f"need 0 <= fl.momentum < 1 and fl.weight_decay >= 0, got {f.momentum} and {f.weight_decay}")
+    if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
+        raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
+                          f"{f.server_momentum}")
     per_layer = c.compression.per_layer and c.compression.name != "none"
     if per_layer and not _has_layers(c.compression.name):
         layered = [n for n in compression.names() if _has_layers(n)]

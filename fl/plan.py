@@ -61,6 +61,8 @@ class Plan:
     linear_bits: int | None = None               # a linear codec's own quantization bits (None: quant_bits)
     linear_clip: float | None = None             # ... and the clip of its table's cells (None: sketch_clip)
     quant_bits: int | None = None                # fixed-point bits per client value (None: the widest that fits)
+    server_lr: float = 1.0                       # the server's step (fl.server.ServerStep)
+    server_momentum: float = 0.0
 
     @classmethod
     def build(cls, cfg, layer_sizes, layer_shapes=None) -> Plan:
@@ -98,7 +100,9 @@ class Plan:
             clip=float(s.clip), sketch_clip=float(s.sketch_clip), max_weight=float(s.max_weight),
             max_clients=int(f.clients_per_round), field_bits=field_bits(cfg) if masked else 32,
             quant_bits=int(s.quant_bits) if masked else None,
-            sketch_bits=c.sketch_quant_bits, linear_bits=getattr(linear, "bits", None), linear_clip=getattr(linear, "clip", None))
+            sketch_bits=c.sketch_quant_bits, linear_bits=getattr(linear, "bits", None),
+            linear_clip=getattr(linear, "clip", None), server_lr=float(f.get("server_lr", 1.0)),
+            server_momentum=float(f.get("server_momentum", 0.0)))
 
     def index_policy(self) -> IndexPolicy | None:
         """A fresh index policy: the server's keeps state across rounds; a worker's only draws sketch hashes."""

@@ -41,9 +41,10 @@ COLUMNS = [
 # Keys added after results were committed, left out of the hash at the value that reproduces those results
 # (so a finished run is still found); and keys that say where files are found or when evaluation runs, not
 # what is computed.
-NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("model", "padding"): "same",
-           ("compression", "sketch_quant_bits"): None, ("compression", "fresh_summary"): "blocks",
-           ("compression", "block_size"): 64, ("dataset", "labels_per_client"): 2}
+NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("fl", "server_lr"): 1.0,
+           ("fl", "server_momentum"): 0.0, ("model", "padding"): "same", ("compression", "sketch_quant_bits"): None,
+           ("compression", "fresh_summary"): "blocks", ("compression", "block_size"): 64,
+           ("dataset", "labels_per_client"): 2}
 WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"),
               ("fl", "eval_overlap"))  # when evaluation runs, not what it computes
 FIELD_KEYS = ("quant_bits", "bits")  # the masked field's widths: they compute nothing without masking

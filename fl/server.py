@@ -42,6 +42,26 @@ class Broadcaster:
                                      **wire.index_set_fields(positions, index_seed, self.length))
 
 
+class ServerStep:
+    """How a round's mean update moves the global model: added as is (FedAvg), or scaled by server_lr
+    through a momentum buffer over rounds (FedAvgM, Hsu et al. 2019), which keeps moving the positions of
+    earlier rounds' sparse updates after the cohort that sent them has left."""
+
+    def __init__(self, lr: float, momentum: float, length: int):
+        self.lr, self.momentum = lr, momentum
+        self.buffer = np.zeros(length, np.float32) if momentum else None
+
+    def __call__(self, weights: np.ndarray, update: np.ndarray, positions: np.ndarray | None = None) -> None:
+        """Apply `update` (at `positions`; None: the whole vector) to `weights` in place."""
+        at = slice(None) if positions is None else positions
+        if self.buffer is None:
+            weights[at] += update if self.lr == 1.0 else np.float32(self.lr) * update
+            return
+        self.buffer *= np.float32(self.momentum)
+        self.buffer[at] += update
+        weights += np.float32(self.lr) * self.buffer
+
+
 class Delivery:
     """A round's broadcast as each worker needs it: with a catch-up first for a worker that missed one."""
 
@@ -58,6 +78,7 @@ class Server:
     def __init__(self, plan, weights: np.ndarray):
         self.plan = plan
         self.weights = weights  # the global model, one flat float32 vector
+        self.step = ServerStep(plan.server_lr, plan.server_momentum, plan.length)
         self.broadcaster = Broadcaster(plan)
         self.policy = plan.index_policy()  # the shared index set under masking; None otherwise
         # a count sketch's table needs the server's error feedback (heavy hitters out, the rest kept); a rotation
@@ -111,7 +132,7 @@ class Server:
     def apply(self, update: np.ndarray | None) -> None:
         """A plain round's mean update (None: nothing arrived)."""
         if update is not None:
-            self.weights += update
+            self.step(self.weights, update)
 
     def apply_masked(self, r: int, values: np.ndarray, weight: float, cells: np.ndarray | None) -> None:
         """A masked round's mean values at the index set, or (linear codec) its mean table: the server's
@@ -119,12 +140,12 @@ class Server:
         if self.accumulator is not None:
             self.accumulator.add(cells.reshape(self.accumulator.table.shape) / weight)
             positions, values = self.accumulator.extract()
-            self.weights[positions] += values
+            self.step(self.weights, values, positions)
             return
         if self.plan.linear is not None:
-            self.weights += self.plan.linear.from_table(cells / weight, self.plan.length)
+            self.step(self.weights, self.plan.linear.from_table(cells / weight, self.plan.length))
             return
-        self.weights[self.positions] += values
+        self.step(self.weights, values, self.positions)
         sketch = self.policy.sketch(r)
         self.policy.observe(r, self.positions, values, None if cells is None else cells.reshape(sketch.rows, sketch.cols))
 

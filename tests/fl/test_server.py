@@ -1,11 +1,13 @@
 """The Server role: what each worker is sent (catch-ups for stale ones), what each client's downlink costs,
 and how a round's result lands in the global weights."""
 import numpy as np
+import pytest
 
 import fl
 from fl import wire
-from fl.config import validate
+from fl.config import ConfigError, as_dict, validate
 from fl.plan import Plan
+from fl.results import config_hash
 from fl.server import Server
 
 LAYERS = [4096, 64, 640, 10]
@@ -54,3 +56,51 @@ def test_a_masked_result_lands_at_the_index_set_only():
     expected = np.zeros(server.plan.length, np.float32)
     expected[server.positions] = values
     np.testing.assert_array_equal(server.weights, expected)
+
+
+def test_server_momentum_is_fedavgm_and_keeps_moving_an_earlier_rounds_positions():
+    """w += lr * m, m = beta * m + update (Hsu et al. 2019); a masked round's values enter m at its index set
+    only, and the next round still moves them."""
+    lr, beta = 0.5, 0.9
+    server = _server("secagg=dh", "compression.ratio=0.01", "compression.index_policy=randk",
+                     f"fl.server_lr={lr}", f"fl.server_momentum={beta}")
+    expected, buffer = np.zeros(server.plan.length, np.float32), np.zeros(server.plan.length, np.float32)
+    earlier = None
+    for r in range(3):
+        server.broadcast(r, [0, 1], {0: [0, 1]}, lambda m: m)
+        values = np.random.default_rng(r).normal(size=server.plan.k).astype(np.float32)
+        server.apply_masked(r, values, 2.0, None)
+        buffer *= np.float32(beta)
+        buffer[server.positions] += values
+        expected += np.float32(lr) * buffer
+        np.testing.assert_array_equal(server.weights, expected)
+        if earlier is not None:
+            only_earlier = np.setdiff1d(earlier, server.positions)
+            assert only_earlier.size and np.all(server.weights[only_earlier] != before[only_earlier])
+        earlier, before = server.positions.copy(), server.weights.copy()
+    plain = _server("secagg=none", "compression=none", f"fl.server_lr={lr}", f"fl.server_momentum={beta}")
+    update = np.ones(plain.plan.length, np.float32)
+    plain.apply(update)
+    plain.apply(update)
+    np.testing.assert_allclose(plain.weights, lr * (1 + (beta + 1)) * update)  # lr*1, then lr*(beta*1 + 1)
+
+
+def test_the_default_server_step_adds_the_mean_update_as_is_and_bad_settings_are_refused():
+    server = _server("secagg=none", "compression=none")
+    update = np.random.default_rng(0).normal(size=server.plan.length).astype(np.float32)
+    server.apply(update)
+    server.apply(update)
+    np.testing.assert_array_equal(server.weights, update + update)  # FedAvg, bit for bit
+    assert server.step.buffer is None
+    scaled = _server("secagg=none", "compression=none", "fl.server_lr=2.0")
+    scaled.apply(update)
+    np.testing.assert_array_equal(scaled.weights, np.float32(2.0) * update)
+    recorded = as_dict(validate(fl.compose(["secagg=none"])))
+    before_keys = {**recorded, "fl": {k: v for k, v in recorded["fl"].items() if not k.startswith("server_")}}
+    assert config_hash(before_keys) == config_hash(recorded)  # runs from before the keys are still found
+    assert config_hash(as_dict(validate(fl.compose(["secagg=none", "fl.server_momentum=0.9"])))) != \
+        config_hash(recorded)
+    for bad in ("fl.server_lr=0", "fl.server_lr=-1", "fl.server_lr=inf", "fl.server_momentum=1.0",
+                "fl.server_momentum=-0.5"):
+        with pytest.raises(ConfigError, match="server_lr.*server_momentum"):
+            validate(fl.compose([bad]))

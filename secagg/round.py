@@ -68,7 +68,7 @@ class RoundConfig:
         n = len(ids)
         if self.degree is not None:
             k = self.degree
-            if isinstance(k, bool) or int(k) != k or not 2 <= k <= n - 1 or (k % 2 and k != n - 1):
+            if isinstance(k, bool) or int(k) != k or (k != n - 1 and (not 2 <= k < n - 1 or k % 2)):
                 raise ValueError(f"degree must be an even integer in [2, {n - 1}] or n - 1 = {n - 1}, got {k!r}")
             object.__setattr__(self, "degree", int(k))
         t = self.threshold

@@ -120,6 +120,15 @@ def test_a_degree_that_is_odd_or_out_of_range_is_refused(degree):
         config("secaggplus", 30, degree=degree)
 
 
+def test_secaggplus_with_two_clients_is_the_full_graph_of_degree_one():
+    """n - 1 is always a valid degree (the full graph), even where it is 1 and so below the even range."""
+    cfg = config("secaggplus", 2)
+    assert cfg.degree == 1 and cfg.full_graph and cfg.threshold == 2
+    assert cfg.graph(roster(cfg)).neighbours(0) == (1,)
+    with pytest.raises(ValueError, match="degree"):
+        config("secaggplus", 3, degree=1)
+
+
 def test_the_full_graph_takes_no_degree():
     with pytest.raises(ValueError, match="takes no degree"):
         config("dh", 10, degree=4)

@@ -114,6 +114,12 @@ def test_dirichlet_with_small_alpha_skews_labels_more_than_iid():
     assert mean_classes(partition(labels, 10, "dirichlet", 0.1, 0)) < mean_classes(partition(labels, 10, "iid", 0, 0)) - 3
 
 
+def test_a_dirichlet_split_that_leaves_a_client_empty_names_both_ways_out():
+    labels = load_digits(0).y_train
+    with pytest.raises(ValueError, match=r"1437 samples for 300 clients\); raise dataset.alpha or lower fl.num_clients"):
+        partition(labels, 300, "dirichlet", 0.3, 62)
+
+
 def test_unknown_partition_is_refused():
     with pytest.raises(ValueError, match="partition"):
         partition(np.zeros(100, int), 4, "pathological", 1.0, 0)

@@ -4,3 +4,8 @@ that check their section of the config (data, models, the plan) never import fl.
 
 class ConfigError(ValueError):
     """A configuration that must not run."""
+
+
+class RunInProgress(ConfigError):
+    """The configuration is being run into the same results folder by another process: running it again would
+    rename that run's rows away and put a second run's beside its done.json."""

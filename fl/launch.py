@@ -30,10 +30,18 @@ def run(cfg, keep_warm: bool = False) -> pd.DataFrame:
     cfg_dict = as_dict(cfg)
     chash = config_hash(cfg_dict)
     log = RunLog(cfg.results.dir, chash, uuid.uuid4().hex[:12])
-    if log.finished():
-        print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
-        return log.read()
+    if not log.finished():
+        log.claim()  # RunInProgress if another process is running it into this folder
+    try:
+        if log.finished():  # checked again once claimed: another process may have just finished it
+            print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete it to rerun)")
+            return log.read()
+        return _run(cfg, cfg_dict, chash, log, keep_warm)
+    finally:
+        log.release()
 
+
+def _run(cfg, cfg_dict: dict, chash: str, log: RunLog, keep_warm: bool) -> pd.DataFrame:
     keep = keep_warm and not raystart.in_ray_worker()
     if keep:
         warm.keep()

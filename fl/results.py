@@ -2,22 +2,30 @@
 
 A run that finished leaves `done.json` beside its rows and is skipped on rerun. Rows of a run that
 was killed are kept: the next run moves them to `rounds.incomplete-<run_id>.csv` and starts afresh,
-so nothing already written is ever overwritten. A run that raised leaves `failed-<run_id>.txt`.
+so nothing already written is ever overwritten. A run that raised leaves `failed-<run_id>.txt`. While a run
+writes, it holds `running.lock` in its folder (an flock), so a second process given the same configuration and
+folder (two sweeps that share a cell) is refused instead of moving the first one's rows aside.
 """
 from __future__ import annotations
 
 import csv
+import fcntl
 import hashlib
 import json
+import os
+import socket
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import compression
 import secagg
+from fl.errors import RunInProgress
 
 if TYPE_CHECKING:  # pandas loads when rows are read: fl.launch starts Ray before it (0.2 s)
     import pandas as pd
+
+LOCK_NAME = "running.lock"  # held by the process writing the folder's rows (RunLog.claim)
 
 # Keys that say how a run executes, not what it computes: they do not change the config hash.
 EXECUTION_KEYS = ("backend", "ray", "results")
@@ -97,9 +105,52 @@ class RunLog:
         self.run_id = run_id
         self.started_at = time.time()  # the run's start (wall clock), written to done.json with the rounds' span
         self._file = None
+        self._lock: int | None = None  # the descriptor of the folder's lock while this run holds it
 
     def finished(self) -> bool:
         return self.done_path.exists() and self.path.exists()
+
+    def claim(self) -> None:
+        """Hold the folder's lock for this run (released by `release`, or by the OS when the process ends, so a
+        killed run never leaves it held); RunInProgress names the holder when another process has it."""
+        lock = self.dir / LOCK_NAME
+        while True:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            try:
+                fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+            except FileNotFoundError:  # a refused run removed the empty folder meanwhile
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 512).decode(errors="replace").strip() or "a process that has not said who it is"
+                os.close(fd)
+                raise RunInProgress(f"{self.dir} is being run by another process ({holder}); running it again would "
+                                    "put a second run's rows beside that one's. Wait for it to finish (then this "
+                                    "configuration is skipped as finished) or stop it, then rerun") from None
+            try:
+                same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+            except FileNotFoundError:  # its last holder removed it between our open and our lock
+                same = False
+            if same:
+                break
+            os.close(fd)  # we locked a file its last holder had already removed: take the new one
+        os.ftruncate(fd, 0)
+        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, run {self.run_id}, since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        self._lock = fd
+
+    def release(self) -> None:
+        """Remove the lock file, then let it go (a process that opened it meanwhile sees it removed and retries);
+        the folder too if nothing else is in it (a run refused before its first row leaves nothing)."""
+        if self._lock is not None:
+            (self.dir / LOCK_NAME).unlink(missing_ok=True)
+            os.close(self._lock)
+            self._lock = None
+            try:
+                self.dir.rmdir()
+            except OSError:  # it holds rows (or another process's lock)
+                pass
 
     def read(self) -> pd.DataFrame:
         import pandas as pd

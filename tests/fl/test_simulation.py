@@ -200,6 +200,51 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
     assert (folder / f"failed-{killed['run_id'].iloc[0]}.txt").exists()
 
 
+def test_a_configuration_another_process_is_running_into_the_folder_is_refused_and_its_rows_are_left_alone(tmp_path):
+    """Two sweeps that share a cell and a results folder: the second must neither move the first one's rows aside
+    nor start its own beside the first one's done.json (found so: a second run, killed at round 80, left its 80
+    rows as the folder's finished run, and the first run's 150 as incomplete)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from fl.config import as_dict, validate
+    from fl.errors import RunInProgress
+    from fl.results import LOCK_NAME, RunLog, config_hash
+
+    overrides = [f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=3"]
+    chash = config_hash(as_dict(validate(fl.compose(overrides))))
+    folder = tmp_path / chash
+    folder.mkdir()
+    (folder / "rounds.csv").write_text("its rows so far\n")
+    # another process that holds the folder's lock, as a running run does, until it is killed
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from fl.results import RunLog; log = RunLog(sys.argv[1], sys.argv[2], 'theirs'); "
+        "log.claim(); print('held', flush=True); time.sleep(600)"), str(tmp_path), chash],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        holding = rf"{chash} is being run by another process \(pid {holder.pid} on .*, run theirs, since "
+        with pytest.raises(RunInProgress, match=holding):
+            fl.run(fl.compose(overrides))
+        assert sorted(p.name for p in folder.iterdir()) == ["rounds.csv", LOCK_NAME]
+        assert (folder / "rounds.csv").read_text() == "its rows so far\n"
+        mine = RunLog(tmp_path, chash, "mine")
+        with pytest.raises(RunInProgress):
+            mine.claim()
+    finally:
+        os.kill(holder.pid, signal.SIGKILL)  # killed: the OS lets its lock go, its file stays
+        holder.wait()
+    assert (folder / LOCK_NAME).exists()
+    rows = fl.run(fl.compose(overrides))  # the killed run's rows are kept aside, as for any killed run
+    (kept,) = folder.glob("rounds.incomplete-*.csv")
+    assert len(rows) == 3 and kept.read_text() == "its rows so far\n"
+    assert (folder / "done.json").exists() and not (folder / LOCK_NAME).exists()
+    skipped = fl.run(fl.compose(overrides))  # finished: read back, not run, and no lock left
+    assert skipped["run_id"].tolist() == rows["run_id"].tolist() and not (folder / LOCK_NAME).exists()
+
+
 def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it(tmp_path, monkeypatch):
     """A worker that cannot start (say, its shared-memory buffer) fails the run before any row: the failure is
     recorded where the rows would be, the report lists it, and rerunning the command runs it."""

@@ -1,11 +1,13 @@
 """Run a small grid of settings x seeds through fl.run (reusing finished runs) and tabulate final results."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pandas as pd
 
 import fl
+from fl.errors import RunInProgress
 
 
 def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/runs") -> pd.DataFrame:
@@ -13,13 +15,28 @@ def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/
     out = []
     for label, overrides in settings:
         for seed in seeds:
-            rows = fl.run(fl.compose([*overrides, f"seed={seed}", f"backend={backend}", f"results.dir={runs_dir}"]))
+            rows = run_when_free(fl.compose([*overrides, f"seed={seed}", f"backend={backend}",
+                                             f"results.dir={runs_dir}"]))
             out.append({"setting": label, "seed": seed, "compression": rows["compression"].iloc[0],
                         "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],
                         "policy_ran": rows["index_policy"].iloc[0], "accuracy": rows["accuracy"].iloc[-1],
                         "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum(),
                         "s_per_round": rows["t_round"].iloc[1:].median() if len(rows) > 1 else rows["t_round"].iloc[0]})
     return pd.DataFrame(out)
+
+
+def run_when_free(cfg, poll_s: float = 10.0) -> pd.DataFrame:
+    """fl.run, waiting while another process runs the same cell into the same folder (two grids that share
+    cells, such as a dense baseline): then its rows are read as a finished run's, or, if it died, run here."""
+    said = False
+    while True:
+        try:
+            return fl.run(cfg)
+        except RunInProgress as err:
+            if not said:
+                print(f"{err}; waiting for it", flush=True)
+                said = True
+            time.sleep(poll_s)
 
 
 def summarize(runs: pd.DataFrame, dense_label: str) -> pd.DataFrame:

@@ -245,6 +245,22 @@ def test_a_configuration_another_process_is_running_into_the_folder_is_refused_a
     assert skipped["run_id"].tolist() == rows["run_id"].tolist() and not (folder / LOCK_NAME).exists()
 
 
+def test_an_experiment_grid_waits_for_a_cell_another_process_is_running_and_then_runs_it(tmp_path, capsys):
+    """Two experiment scripts that share a cell (a dense baseline in results/runs) side by side: the second waits."""
+    import threading
+
+    from experiments.grid import run_when_free
+    from fl.config import as_dict, validate
+    from fl.results import RunLog, config_hash
+
+    cfg = fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=2", "secagg=none"])
+    theirs = RunLog(tmp_path, config_hash(as_dict(validate(cfg))), "theirs")
+    theirs.claim()
+    threading.Timer(1.0, theirs.release).start()  # they stop (here: without rows) a second later
+    rows = run_when_free(cfg, poll_s=0.2)
+    assert len(rows) == 2 and "is being run by another process (pid" in capsys.readouterr().out
+
+
 def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it(tmp_path, monkeypatch):
     """A worker that cannot start (say, its shared-memory buffer) fails the run before any row: the failure is
     recorded where the rows would be, the report lists it, and rerunning the command runs it."""

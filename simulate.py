@@ -14,6 +14,7 @@ from omegaconf import DictConfig
 
 import fl
 from fl.config import ConfigError, register_schema
+from fl.errors import RunInProgress
 
 register_schema()
 
@@ -23,6 +24,11 @@ def main(cfg: DictConfig) -> None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     try:
         fl.run(cfg, keep_warm=multirun)  # a sweep's cells share one Ray and one warm pool (fl/runtime/warm.py)
+    except RunInProgress as err:  # another process is running this cell into the same folder: left to it
+        print(f"fedsqueeze: not run: {err}", file=sys.stderr)
+        if not multirun:
+            sys.exit(2)
+        print("fedsqueeze: this cell is left to that process; the sweep goes on", file=sys.stderr)
     except ConfigError as err:  # refused before any work: no rows written
         print(f"fedsqueeze: configuration refused: {err}", file=sys.stderr)
         if not multirun:

@@ -35,3 +35,24 @@ def test_bad_configuration_is_refused_and_writes_nothing(tmp_path, override, mes
     assert out.returncode != 0
     assert message in out.stderr + out.stdout
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_cell_another_process_is_running_is_left_to_it_and_a_sweep_goes_on(tmp_path):
+    import fl
+    from fl.config import as_dict, validate
+    from fl.results import LOCK_NAME, RunLog, config_hash
+
+    runs = tmp_path / "runs"
+    cell = ["backend=inline", "model=mlp_small", "fl.rounds=1", "secagg=none", f"results.dir={runs}"]
+    theirs = RunLog(runs, config_hash(as_dict(validate(fl.compose([*cell, "seed=0"])))), "theirs")
+    theirs.claim()  # this test's process plays the one running seed 0
+    try:
+        alone = simulate(*cell, "seed=0", cwd=tmp_path)
+        assert alone.returncode == 2 and "fedsqueeze: not run: " in alone.stderr and "run theirs" in alone.stderr
+        sweep = simulate("-m", *cell, "seed=0,1", cwd=tmp_path)
+        assert sweep.returncode == 0, sweep.stderr
+        assert "this cell is left to that process; the sweep goes on" in sweep.stderr
+        assert [p.name for p in theirs.dir.iterdir()] == [LOCK_NAME]  # nothing of theirs moved, nothing of ours added
+        assert len([p for p in runs.glob("*/done.json")]) == 1  # seed 1 ran
+    finally:
+        theirs.release()

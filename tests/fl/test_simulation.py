@@ -202,8 +202,7 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
 
 def test_a_configuration_another_process_is_running_into_the_folder_is_refused_and_its_rows_are_left_alone(tmp_path):
     """Two sweeps that share a cell and a results folder: the second must neither move the first one's rows aside
-    nor start its own beside the first one's done.json (found so: a second run, killed at round 80, left its 80
-    rows as the folder's finished run, and the first run's 150 as incomplete)."""
+    nor start its own beside the first one's done.json, or a killed second run reads as the finished one."""
     import os
     import signal
     import subprocess

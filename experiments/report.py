@@ -169,7 +169,6 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
-    runs = runs.assign(**{c: runs[c] if c in runs else "" for c in ("other", "base")})
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
     t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"),
               accuracy_std=("final_accuracy", "std"), accuracy_last=("last_accuracy", "mean"),

@@ -8,8 +8,9 @@ to see (masked sums) or from a public seed, and broadcasts it. Policies:
   clients first mask a summary of their weighted error-corrected update: its row and column energies per
   weight tensor (compression.marginals, the default), its block energies (compression.blocks) or a count
   sketch; the server takes the entries of largest estimated energy (the heaviest blocks, the sketch's heavy
-  hitters) of the summed summary as I_r and sends it; clients then mask their values at I_r. The `exact`
-  summary (compression.exact_summary, a dense upload) is the bound: the top k of the summed update itself.
+  hitters) of the summed summary as I_r and sends it; clients then mask their values at I_r. The `exact` and
+  `energy` summaries (compression.exact_summary, dense uploads) are bounds: the top k of the summed update
+  itself, and of the cohort's exact energy per entry, which `marginals` estimates.
 - `sketch`: I_{r+1} = heavy hitters of the summed count sketch of the clients' error-feedback residuals
   (the sketch is linear, so the masked sum of sketches is the sketch of the summed residual). Round 0
   and any round without a sketch use a public random set.
@@ -24,13 +25,13 @@ import math
 import numpy as np
 
 from compression.blocks import BlockEnergy
-from compression.exact_summary import ExactSummary
+from compression.exact_summary import EnergySummary, ExactSummary
 from compression.marginals import Marginals
 from compression.sketch import CountSketch
 from compression.topk import topk_positions
 
 POLICIES = ("fresh", "sketch", "randk", "prev_topk")
-SUMMARIES = ("marginals", "blocks", "sketch", "exact")  # what `fresh` masks first
+SUMMARIES = ("marginals", "blocks", "sketch", "exact", "energy")  # what `fresh` masks first
 PURPOSE_INDEX = 1
 PURPOSE_SKETCH = 2
 
@@ -82,12 +83,14 @@ class IndexPolicy:
         self.length, self.k, self.root = length, k, root_seed
         if summary not in SUMMARIES:
             raise ValueError(f"unknown fresh summary {summary!r}; available: {', '.join(SUMMARIES)}")
-        # `fresh` with blocks, marginals or the exact update: one table row, chosen by its own heavy_hitters
+        # `fresh` with blocks, marginals, the update or its squares: one table row, picked by its heavy_hitters
         self.summary = None
         if name == "fresh" and summary == "blocks":
             self.summary = BlockEnergy(length, block)
         elif name == "fresh" and summary == "exact":
             self.summary = ExactSummary(length)
+        elif name == "fresh" and summary == "energy":
+            self.summary = EnergySummary(length)
         elif name == "fresh" and summary == "marginals":
             self.summary = Marginals(shapes if shapes is not None else [(length,)])
             if self.summary.length != length:

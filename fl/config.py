@@ -75,7 +75,8 @@ class CompressionConfig:
     sketch_cols_per_k: float = 2.0  # sketch columns as a multiple of k
     prev_topk_random: float = 0.1   # prev_topk: share of k drawn at random
     fresh_summary: str = "marginals"  # fresh: what clients mask first: marginals (row and column energies) | blocks
-                                      # | sketch | exact (the bound: the update itself, a dense upload)
+                                      # | sketch | exact | energy (bounds, dense uploads: the update itself,
+                                      # its squares)
     block_size: int = 64            # fresh with blocks: entries per block
     sketch_quant_bits: Optional[int] = None  # fresh: bits of the masked summary's cells (null: secagg.quant_bits)
     residual_dtype: str = "float32"  # float32 | float16: storage of error-feedback residuals between rounds

@@ -279,12 +279,13 @@ def test_a_client_advertising_a_low_order_key_is_refused_and_the_others_sum_exac
     assert [len(s) for s in spy.check_exact(without=(5,))] == [7, 7, 7]
 
 
-@pytest.mark.parametrize("summary", ["blocks", "marginals", "exact"])
+@pytest.mark.parametrize("summary", ["blocks", "marginals", "exact", "energy"])
 def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heaviest_entries(
         tmp_path, monkeypatch, summary):
     """Index policy `fresh`, with partial participation and dropouts at each of its six steps: the server's
     summed summary (block energies; row and column energies) is the plain sum of the survivors' quantized
-    summaries, this round's index set is the heaviest blocks (entries of largest estimated energy) of that sum,
+    summaries, this round's index set is the heaviest blocks (entries of largest estimated or exact energy, of
+    largest summed update) of that sum,
     and the applied update is the exact plain sum of the second exchange's survivors at that set (two protocol
     instances, each summing exactly)."""
     spy, chosen = Spy(monkeypatch), []
@@ -298,7 +299,7 @@ def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heav
             order = np.argsort(-plain_cells, kind="stable")
             heaviest = set(order[:len(out) // self.summary.block].tolist())
             assert heaviest <= set((out // self.summary.block).tolist())
-        elif summary == "exact":  # the summed update itself: its exact top k
+        elif summary in ("exact", "energy"):  # the summed update (its squares) itself: its exact top k
             magnitude = np.abs(plain_cells.reshape(-1))
             assert magnitude[out].min() >= np.delete(magnitude, out).max()
         else:

@@ -1,8 +1,12 @@
 """How much of a cohort's summed update each way of choosing k positions keeps: the shared index set that
-masking needs, chosen from each `fresh` summary or by an oracle, against per-client top-k (which cannot be
-masked). No training loop of the product runs here: it trains FedAvg (dense) for some rounds and, at a few of
-them, measures the relative error |U - U_hat|^2 / |U|^2 of each approximation U_hat of the cohort's summed
-update U, one round at a time (no error feedback).
+masking needs, chosen from each `fresh` summary or from a dense one (`exact`, `energy`), against per-client
+top-k (which cannot be masked). No training loop of the product runs here: it trains FedAvg (dense) for some
+rounds and, at a few of them, measures, one round at a time (no error feedback):
+
+- the relative error |U - U_hat|^2 / |U|^2 of each approximation U_hat of the cohort's summed update U;
+- the movement sent: the share of the clients' own squared updates sum_i |u_i|^2 at the positions each client
+  sends. With error feedback the rest waits in the client's residual, on shards about ten rounds until its
+  next visit; top-k of the summed squares (`energy`) sends the most a shared set can, top-k of the sum less.
 
     python -m experiments.index_sets          # writes results/index_sets_fmnist.{csv,md}
 
@@ -34,8 +38,8 @@ def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[np.nda
     """Each way of choosing: (shared positions, or None for per-client top-k; cells of its masked summary)."""
     total = np.sum(updates, axis=0)
     length = total.size
-    out = {"oracle: top-k of the sum (unknowable under masking)": (topk_positions(total, k), None),
-           "summed squares, entry by entry (a dense summary)":
+    out = {"top-k of the sum (`exact`, a dense summary)": (topk_positions(total, k), length),
+           "top-k of the summed squares (`energy`, a dense summary)":
                (topk_positions(np.sqrt(np.sum(np.square(updates), 0)), k), length)}
     summaries = {"fresh: marginals (the default)": Marginals(shapes),
                  **{f"fresh: blocks of {b}": BlockEnergy(length, b) for b in (64, 32, 16)}}
@@ -58,6 +62,13 @@ def relative_error(updates: list[np.ndarray], positions: np.ndarray | None, k: i
     return float(np.sum((total - approx) ** 2) / np.sum(total ** 2))
 
 
+def movement_sent(updates: list[np.ndarray], positions: np.ndarray | None, k: int) -> float:
+    """sum_i |u_i at what client i sends|^2 / sum_i |u_i|^2."""
+    sent = sum(float(np.sum(np.square(u[topk_positions(u, k) if positions is None else positions], dtype=np.float64)))
+               for u in updates)
+    return sent / sum(float(np.sum(np.square(u, dtype=np.float64))) for u in updates)
+
+
 def measure(scheme: str, ratio: float, seed: int) -> pd.DataFrame:
     cfg = fl.compose(["dataset=fashion_mnist", "model=lenet"])
     data = load_dataset(cfg.dataset, seed)
@@ -78,7 +89,8 @@ def measure(scheme: str, ratio: float, seed: int) -> pd.DataFrame:
         if r in MEASURED:
             for name, (positions, cells) in choices(updates, shapes, k).items():
                 rows.append({"partition": scheme, "round": r, "selection": name, "summary_cells": cells,
-                             "relative_error": relative_error(updates, positions, k)})
+                             "relative_error": relative_error(updates, positions, k),
+                             "movement_sent": movement_sent(updates, positions, k)})
         weights = weights + np.sum(updates, axis=0)
     return pd.DataFrame(rows)
 
@@ -90,8 +102,8 @@ def main(argv=None):
     ap.add_argument("--out", default="results/index_sets_fmnist")
     args = ap.parse_args(argv)
     rows = pd.concat([measure(scheme, args.ratio, args.seed) for scheme in ("iid", "shards")])
-    table = rows.pivot_table(index="selection", columns="partition", values="relative_error", aggfunc="mean",
-                             sort=False).reset_index()
+    table = rows.pivot_table(index="selection", columns="partition", values=["relative_error", "movement_sent"],
+                             aggfunc="mean", sort=False)
     cells = rows.groupby("selection", sort=False)["summary_cells"].first()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -101,11 +113,16 @@ def main(argv=None):
              f"Fashion-MNIST, lenet, 100 clients / 10 a round, dense FedAvg (1 local epoch, lr 0.1), k = ceil({args.ratio:g} n) "
              f"of 107,786; relative error |U - U_hat|^2 / |U|^2 of each approximation of the cohort's summed update U, "
              f"one round at a time without error feedback, mean over rounds {', '.join(map(str, MEASURED))}, seed "
-             f"{args.seed}. Shared sets keep U at k positions; per-client top-k sums each client's own k.", "",
-             "| selection | masked summary cells | IID | shards (2 classes) |", "|---|---|---|---|"]
-    for r in table.itertuples():
-        n = cells[r.selection]
-        lines.append(f"| {r.selection} | {'' if pd.isna(n) else f'{int(n):,}'} | {r.iid:.3f} | {r.shards:.3f} |")
+             f"{args.seed}. Shared sets keep U at k positions; per-client top-k sums each client's own k. Movement "
+             f"sent: the share of the clients' own squared updates at the positions each sends (with error feedback "
+             f"the rest waits in its residual).", "",
+             "| selection | masked summary cells | error of the sum: IID | shards (2 classes) | movement sent: IID "
+             "| shards |", "|---|---|---|---|---|---|"]
+    for name, r in table.iterrows():
+        n = cells[name]
+        lines.append(f"| {name} | {'' if pd.isna(n) else f'{int(n):,}'} | {r['relative_error', 'iid']:.3f} | "
+                     f"{r['relative_error', 'shards']:.3f} | {r['movement_sent', 'iid']:.3f} | "
+                     f"{r['movement_sent', 'shards']:.3f} |")
     md = "\n".join(lines) + "\n"
     out.with_suffix(".md").write_text(md)
     print(md)

@@ -7,8 +7,8 @@ is from per-client top-k.
   secure aggregation reveals it.
 - `energy`: each entry's square. Summed, the cohort's energy per entry, of which the server takes the top k:
   the set `marginals` estimates. With error feedback it also clears the clients' largest residuals where
-  their updates cancel in the sum, and it trains better than `exact` (results/fmnist/fedavgm). The server
-  learns the cohort's sum of squares per entry, which secure aggregation of the update does not reveal.
+  their updates cancel in the sum, and on shards it trains better than `exact` (results/fmnist/fedavgm). The
+  server learns the cohort's sum of squares per entry, which secure aggregation of the update does not reveal.
 """
 from __future__ import annotations
 

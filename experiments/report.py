@@ -16,9 +16,11 @@ import sys
 from pathlib import Path
 
 import matplotlib
+from cycler import cycler
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.transforms import ScaledTranslation  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
@@ -338,6 +340,8 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
 # tab20's strong colours, then its light ones: ten colours repeat within one legend, and tab20's own order puts
 # each light shade next to its strong one
 PALETTE = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]
+# past 20 lines the colours come round again with the next marker, so no two lines of a panel look alike
+STYLES = cycler(marker=["o", "s", "^", "D", "v"]) * cycler(color=PALETTE)
 
 
 def _panels(count: int, entries: int):
@@ -350,12 +354,14 @@ def _panels(count: int, entries: int):
     for ax in axes.flat[count:]:
         ax.set_visible(False)
     for ax in axes.flat:
-        ax.set_prop_cycle(color=PALETTE)
+        ax.set_prop_cycle(STYLES)
     return fig, axes
 
 
 def _legend_below(ax) -> None:
-    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, -0.16), frameon=False)
+    """A fixed distance under the axes, clear of the axis label whatever the panel's height."""
+    below = ax.transAxes + ScaledTranslation(0, -0.5, ax.figure.dpi_scale_trans)  # 0.5 inch under the axes
+    ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, frameon=False)
 
 
 def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
@@ -370,7 +376,7 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
         for (name, rounds), c in g.groupby(["codec", "rounds"]):
             s = c.groupby("ratio")[["upload_total_per_client", "final_accuracy"]].mean().sort_values(
                 "upload_total_per_client")
-            ax.plot(s["upload_total_per_client"], s["final_accuracy"], marker="o",
+            ax.plot(s["upload_total_per_client"], s["final_accuracy"],
                     label=f"{name} ({rounds} rounds)" if several else name)
         ax.set_xscale("log")
         ax.set_title(f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset} ({partition})", fontsize=9)
@@ -379,7 +385,7 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
         _legend_below(ax)
     for ax in axes[:, 0]:
         ax.set_ylabel("final test accuracy")
-    fig.suptitle("Accuracy vs. bytes sent, every codec (points: ratios, mean over seeds)")
+    fig.suptitle("Accuracy vs. bytes sent, every codec\n(points: ratios, mean over seeds)")
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)
@@ -399,7 +405,8 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
         for (name, rounds), c in g.groupby(["setting", "length"]):
             curve = c.groupby("round")["accuracy"].mean()
             ax.plot(curve.index + 1, curve.to_numpy(), label=f"{name} ({rounds} rounds)" if several else name,
-                    linewidth=1.2, linestyle="--" if "+" in name else "-")
+                    linewidth=1.2, linestyle="--" if "+" in name else "-", markersize=3,
+                    markevery=max(1, len(curve) // 8))
         ax.set_title(f"{model}, {dataset} ({partition})", fontsize=9)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)

@@ -283,3 +283,26 @@ def test_lines_that_lost_clients_or_rounds_say_how_many_and_other_tables_have_no
     assert "| dropped / round | rejected / round | aborted rounds |" in md and "| 3.00 | 0.00 | 1 |" in md
     calm = report.table(report.per_run(pd.DataFrame([dict(r, dropped=0, rejected=0, aborted=False) for r in rows]), 0.6))
     assert "dropped / round" not in report.markdown(calm, [], 0.6, "cmd")
+
+
+def test_every_line_of_a_crowded_panel_looks_different_and_the_title_fits_the_figure(tmp_path, monkeypatch):
+    """26 settings on one panel: 20 colours came round again with the same marker, so six pairs of lines looked
+    alike, and a one-panel figure cut its title off at both sides. The legend stays under the axis label."""
+    runs = pd.DataFrame([dict(_run("none", "per-client", r, 0.5 + i / 100), other=f"fl.lr={i}",
+                              upload_total_per_client=r * 1000) for i in range(26) for r in (0.1, 0.01)])
+    monkeypatch.setattr(report, "setting_names", lambda g, ratio=True: g["other"])
+    made = []
+    subplots = report.plt.subplots
+    monkeypatch.setattr(report.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
+    monkeypatch.setattr(report.plt, "close", lambda fig: None)
+    report.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
+    fig, axes = made[0]
+    lines = axes[0, 0].get_lines()
+    assert len(lines) == 26
+    looks = {(tuple(np.round(report.matplotlib.colors.to_rgba(line.get_color()), 3)), line.get_marker()) for line in lines}
+    assert len(looks) == 26
+    renderer = fig.canvas.get_renderer()
+    title = fig._suptitle.get_window_extent(renderer)
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.width
+    label, legend = axes[0, 0].xaxis.label.get_window_extent(renderer), axes[0, 0].get_legend().get_window_extent(renderer)
+    assert legend.y1 <= label.y0 and legend.y0 >= 0  # under the axis label, inside the figure

@@ -24,6 +24,7 @@ import torch
 
 import fl
 from compression.blocks import BlockEnergy
+from compression.exact_summary import EnergySummary, ExactSummary
 from compression.marginals import Marginals
 from compression.selection import topk_count, topk_positions
 from fl.data import load_dataset, partition
@@ -36,15 +37,13 @@ MEASURED = (0, 2, 5, 10, 15)
 
 def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[np.ndarray | None, int | None]]:
     """Each way of choosing: (shared positions, or None for per-client top-k; cells of its masked summary)."""
-    total = np.sum(updates, axis=0)
-    length = total.size
-    out = {"top-k of the sum (`exact`, a dense summary)": (topk_positions(total, k), length),
-           "top-k of the summed squares (`energy`, a dense summary)":
-               (topk_positions(np.sqrt(np.sum(np.square(updates), 0)), k), length)}
-    summaries = {"fresh: marginals (the default)": Marginals(shapes),
+    length = updates[0].size
+    summaries = {"top-k of the sum (`exact`, a dense summary)": ExactSummary(length),
+                 "top-k of the summed squares (`energy`, a dense summary)": EnergySummary(length),
+                 "fresh: marginals (the default)": Marginals(shapes),
                  **{f"fresh: blocks of {b}": BlockEnergy(length, b) for b in (64, 32, 16)}}
-    for name, summary in summaries.items():
-        out[name] = (summary.heavy_hitters(np.sum([summary.sketch(u) for u in updates], 0), k), summary.cols)
+    out = {name: (summary.heavy_hitters(np.sum([summary.sketch(u) for u in updates], 0), k), summary.cols)
+           for name, summary in summaries.items()}
     out["per-client top-k (no shared set)"] = (None, None)
     return out
 

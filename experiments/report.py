@@ -92,17 +92,25 @@ def _settings(config: Path) -> dict[str, str]:
 def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[str, str]:
     """run_id -> the config keys (`key=value, ...`) in which it differs from runs the other columns would pool
     with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting); '' where
-    none. Keys a run's config.json lacks (written before the key existed) are not compared."""
+    none. A key found so is named on every run of the same data, model and length, so a setting run at one value
+    of it only (alone in its pool) still says which. Keys a run's config.json lacks (written before the key
+    existed) are not compared, and masking's keys not named for unmasked runs."""
     lengths = rows.groupby("run_id")["round"].transform("size")
     runs = rows.assign(length=lengths).groupby("run_id").first().reset_index()
-    other = dict.fromkeys(runs["run_id"], "")
+    found: dict[str, set[str]] = {}
     for _, g in runs.groupby([c for c in SETTING if c != "other"] + ["length"], dropna=False):
         cfgs = [configs.get(r, {}) for r in g["run_id"]]
         masked = g["secagg"].iloc[0] != "none"
-        keys = sorted(k for k in set.intersection(*(set(c) for c in cfgs))
-                      if len({c[k] for c in cfgs}) > 1 and (masked or not k.startswith(MASKING_ONLY)))
-        for run_id, cfg in zip(g["run_id"], cfgs):
-            other[run_id] = ", ".join(f"{k}={_plain(cfg[k])}" for k in keys)
+        keys = {k for k in set.intersection(*(set(c) for c in cfgs))
+                if len({c[k] for c in cfgs}) > 1 and (masked or not k.startswith(MASKING_ONLY))}
+        found.update(dict.fromkeys(g["run_id"], keys))
+    other = {}
+    for _, g in runs.groupby(["dataset", "partition", "model", "length"], dropna=False):
+        keys = sorted(set().union(*(found[r] for r in g["run_id"])))
+        for run_id, masked in zip(g["run_id"], g["secagg"] != "none"):
+            cfg = configs.get(run_id, {})
+            other[run_id] = ", ".join(f"{k}={_plain(cfg[k])}" for k in keys
+                                      if k in cfg and (masked or not k.startswith(MASKING_ONLY)))
     return other
 
 
@@ -200,7 +208,7 @@ def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
 
 
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
-               "pool with them. ")
+               "pool with them, named on every line of the same data, model and run length. ")
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid), aborted "
              "rounds: rounds not applied (too few survivors), means over seeds. ")
 
@@ -285,23 +293,27 @@ def setting_names(frame: pd.DataFrame, ratio: bool = True) -> pd.Series:
     return name + np.where(frame["other"] != "", ", " + frame["other"], "")
 
 
-NO_RATIO_LINE = "nothing to draw: a line needs a top-k setting (with error feedback)\nrun at two or more ratios"
+# tab20's strong colours, then its light ones: ten colours repeat within one legend, and tab20's own order puts
+# each light shade next to its strong one
+PALETTE = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]
+# past 20 lines the colours come round again with the next marker, so no two lines of a panel look alike
+STYLES = cycler(marker=["o", "s", "^", "D", "v"]) * cycler(color=PALETTE)
+
+
+NO_RATIO_LINE = "nothing to draw: a line needs a dense run\nor a top-k setting with error feedback"
 
 
 def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     """One line per data, model, masking, index policy and run length: a masked policy's points are never pooled
-    with another policy's (each line starts from the same dense point); a policy run at one ratio only is left out,
-    and masking protocols with the same results share one line."""
-    fig, ax = plt.subplots(figsize=(9, 4.5))
-    ax.set_prop_cycle(color=plt.get_cmap("tab20").colors)
+    with another policy's (each line starts from the same dense point, so a policy run at one ratio is a line from
+    dense to it), and masking protocols with the same results share one line. The x ticks are the ratios run."""
     if "field_bits" not in runs:
         runs = runs.assign(field_bits=np.nan)
     base = runs[(runs["compression"] == "none") |
                 ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
     lengths = base["rounds"].nunique() > 1
-    if "other" not in base:
-        base = base.assign(other="")
+    base = base.assign(other=base["other"].fillna("") if "other" in base else "")
     lines: dict[tuple, tuple[pd.DataFrame, list[str]]] = {}
     for (dataset, partition, model, secagg, rounds, other), g in base.groupby(["dataset", "partition", "model",
                                                                                  "secagg", "rounds", "other"]):
@@ -309,8 +321,6 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
         widths = sparse["field_bits"].nunique() > 1  # label a masked line with its field only where they differ
         for (policy, bits), p in sparse.groupby(["index_policy", "field_bits"], dropna=False) if len(sparse) \
                 else [((None, None), sparse)]:
-            if policy is not None and p["ratio"].nunique() < 2:
-                continue
             if widths and not pd.isna(bits):
                 policy = f"{policy}, {bits:.0f}-bit field"
             s = pd.concat([dense, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
@@ -319,29 +329,27 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
             key = (f"{model} ({params:,} params), {dataset} {partition}", policy if secagg != "none" else None,
                    run_length, secagg == "none", tuple(s.index), tuple(s["mean"].round(6)))
             lines.setdefault(key, (s, []))[1].append(secagg)
+    fig, ax = plt.subplots(figsize=(9, 4.5 + 0.12 * min(len(lines), 40)))  # the legend goes below the axes
+    ax.set_prop_cycle(STYLES)
     for (name, policy, run_length, plain, _, _), (s, protocols) in lines.items():
         masked = "" if plain else f", {'/'.join(protocols)} {policy}"
-        ax.errorbar(s.index, s["mean"], yerr=s["std"], marker="o", capsize=3, linestyle="-" if plain else "--",
+        ax.errorbar(s.index, s["mean"], yerr=s["std"], capsize=3, linestyle="-" if plain else "--",
                     label=f"{name}{masked}{run_length}")
     ax.set_xscale("log")
+    ratios = sorted({r for s, _ in lines.values() for r in s.index})
+    ax.set_xticks(ratios, [f"{r:g}" for r in ratios])  # under a decade apart, log labels of minor ticks overlap
+    ax.minorticks_off()
     ax.set_xlabel("compress ratio (fraction of entries kept; 1 = dense)")
     ax.set_ylabel("final test accuracy")
     ax.set_title("Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)")
     ax.grid(alpha=0.3)
     if lines:
-        ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5))
+        _legend_below(ax)
     else:  # an empty frame would read as a broken plot
         ax.text(0.5, 0.5, NO_RATIO_LINE, ha="center", va="center", transform=ax.transAxes)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
-
-
-# tab20's strong colours, then its light ones: ten colours repeat within one legend, and tab20's own order puts
-# each light shade next to its strong one
-PALETTE = plt.get_cmap("tab20").colors[0::2] + plt.get_cmap("tab20").colors[1::2]
-# past 20 lines the colours come round again with the next marker, so no two lines of a panel look alike
-STYLES = cycler(marker=["o", "s", "^", "D", "v"]) * cycler(color=PALETTE)
 
 
 def _panels(count: int, entries: int):

@@ -15,7 +15,7 @@ def _run(secagg, policy, ratio, acc, compression="topk"):
 
 
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # errorbar is replaced: nothing to put in a legend
-def test_policies_are_separate_lines_protocols_with_equal_results_share_one_and_single_points_are_left_out(
+def test_policies_are_separate_lines_protocols_with_equal_results_share_one_and_one_ratio_is_a_line_from_dense(
         tmp_path, monkeypatch):
     runs = pd.DataFrame([
         _run("none", "dense", 1.0, 0.80, "none"), _run("none", "per-client", 0.1, 0.78),
@@ -23,14 +23,19 @@ def test_policies_are_separate_lines_protocols_with_equal_results_share_one_and_
         *[_run(s, "all", 1.0, 0.80, "none") for s in ("dh", "secaggplus")],
         *[_run(s, "fresh(marginals)", r, a) for s in ("dh", "secaggplus") for r, a in ((0.1, 0.75), (0.01, 0.60))],
         _run("dh", "fresh(exact)", 0.1, 0.77), _run("dh", "fresh(exact)", 0.01, 0.68),
-        _run("dh", "randk", 0.01, 0.20),  # one ratio: no line
+        _run("dh", "randk", 0.01, 0.20),  # one ratio: a line from dense to it
+        _run("none", "per-client", 0.01, 0.71, "topk") | {"other": "fl.server_momentum=0.5"},
+        _run("none", "dense", 1.0, 0.82, "none") | {"other": "fl.server_momentum=0.5"},
     ])
     drawn = []
     monkeypatch.setattr(report.plt.Axes, "errorbar",
                         lambda self, x, y, **kw: drawn.append((kw["label"], list(x), list(y))))
     report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
-    lines = {label.split(", ", 2)[-1] if "fresh" in label else "plain": (x, y) for label, x, y in drawn}
-    assert len(drawn) == 3
+    lines = {label.split(", ", 2)[-1] if "fresh" in label or "randk" in label or "momentum" in label else "plain":
+             (x, y) for label, x, y in drawn}
+    assert len(drawn) == 5
+    assert lines["dh randk"] == ([0.01, 1.0], [0.20, 0.80])
+    assert lines["fl.server_momentum=0.5"] == ([0.01, 1.0], [0.71, 0.82])  # a study's per-client baseline
     assert lines["dh/secaggplus fresh(marginals)"] == ([0.01, 0.1, 1.0], [0.60, 0.75, 0.80])
     assert lines["dh fresh(exact)"] == ([0.01, 0.1, 1.0], [0.68, 0.77, 0.80])
     assert lines["plain"] == ([0.01, 0.1, 1.0], [0.70, 0.78, 0.80])
@@ -178,7 +183,8 @@ def test_last_5_averages_each_runs_last_five_evaluated_rounds_then_the_seeds():
 
 @pytest.mark.filterwarnings("error")  # matplotlib warns of an empty legend
 def test_a_ratio_plot_with_no_line_to_draw_says_why_instead_of_an_empty_frame(tmp_path, monkeypatch):
-    runs = pd.DataFrame([_run("dh", "fresh(marginals)", 0.1, 0.75), _run("secaggplus", "fresh(marginals)", 0.01, 0.6)])
+    runs = pd.DataFrame([_run("dh", "fresh(marginals)", 0.1, 0.75) | {"error_feedback": False},
+                         _run("none", "per-client", 0.01, 0.6, "qsgd")])
     texts = []
     text = report.plt.Axes.text
     monkeypatch.setattr(report.plt.Axes, "text", lambda self, *a, **kw: texts.append(a[2]) or text(self, *a, **kw))
@@ -230,6 +236,25 @@ def test_masking_keys_of_unmasked_runs_and_keys_older_configs_lack_do_not_split_
     t = report.table(report.per_run(rows, 0.6))
     assert len(t) == 1 and t["seeds"].iloc[0] == 2 and t["other"].iloc[0] == ""
     assert "other settings" not in report.markdown(t, [], 0.6, "cmd")
+
+
+def test_a_setting_run_at_one_value_of_a_swept_key_still_names_it(tmp_path):
+    """A momentum swept at ratio 0.03 but run at 0.5 only for ratio 0.02 left the 0.02 row's other settings blank:
+    it read as the default momentum (results/fmnist/fedavgm's 8-bit rows at 0.01 and 0.02)."""
+    def config(momentum, dropout):
+        return {**_config(dropout=dropout), "fl": {"lr": 0.1, "rounds": 2, "server_momentum": momentum}}
+
+    for name, ratio, momentum, dropout in (("a", 0.03, 0.0, 0.0), ("b", 0.03, 0.5, 0.2), ("c", 0.02, 0.5, 0.0)):
+        _write_run(tmp_path, name, [dict(r, run_id=name, ratio=ratio) for r in _rows(name, 0, 20, 0.7)],
+                   config(momentum, dropout))
+    plain = [dict(r, run_id="p", secagg="none", index_policy="per-client", field_bits=np.nan)
+             for r in _rows("p", 0, 20, 0.7)]
+    _write_run(tmp_path, "p", plain, config(0.5, 0.3))  # a masking key is not named for an unmasked run
+    rows, _ = report.load([str(tmp_path)])
+    other = rows.groupby("run_id")["other"].first().to_dict()
+    assert other == {"a": "fl.server_momentum=0.0, secagg.dropout=0.0",
+                     "b": "fl.server_momentum=0.5, secagg.dropout=0.2",
+                     "c": "fl.server_momentum=0.5, secagg.dropout=0.0", "p": "fl.server_momentum=0.5"}
 
 
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # plot is replaced: nothing to put in a legend

@@ -261,6 +261,20 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     return canonical_settings(typed)
 
 
+def check_weights(c, samples, total: int) -> None:
+    """Refuses a split that masking would weigh otherwise than FedAvg: a masked client's weight (local samples /
+    mean samples) is capped at secagg.max_weight, so a heavier client would count for less than its samples."""
+    if not secagg.get(c.secagg.name).masks:
+        return
+    samples = [int(n) for n in samples]
+    heaviest = max(range(len(samples)), key=samples.__getitem__)
+    weight = samples[heaviest] / (total / c.fl.num_clients)  # the mean as the workers compute it
+    if weight > c.secagg.max_weight:
+        raise ConfigError(f"client {heaviest} holds {samples[heaviest]} samples, {weight:.2f} times the mean: "
+                          f"masked, its FedAvg weight would be capped at secagg.max_weight={c.secagg.max_weight:g}; "
+                          f"set secagg.max_weight >= {math.ceil(weight * 100) / 100:g}")
+
+
 def field_bits(c) -> int:
     """secagg.bits, or (null) the narrowest field in which clients_per_round values of quant_bits cannot wrap."""
     q = c.secagg.quant_bits

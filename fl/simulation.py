@@ -17,6 +17,7 @@ import pandas as pd
 from tqdm import tqdm
 
 from fl import environment, seeds
+from fl.config import check_weights
 from fl.data import client_partitions, partition_summary
 from fl.errors import ConfigError
 from fl.evaluation import CarriedEvaluation, Evaluator
@@ -40,6 +41,7 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
         try:
             data = loading.result()  # a loading error is raised here, and the pool still closes
             summary = partition_summary(data.y_train, client_partitions(cfg, data.y_train))  # refused here
+            check_weights(cfg, summary["samples"], len(data.y_train))
             # A worker builds the initial model: with Ray workers the driver never imports torch.
             initial = pool.initial_model(model_section(cfg), data.input_shape, data.num_classes, int(cfg.seed),
                                          str(cfg.device))

@@ -121,3 +121,16 @@ def test_no_compression_under_masking_is_dense_masking_whatever_compression_clie
     """compression.client=true with compression=none was refused as 'none cannot be combined with masking'."""
     said = validate(fl.compose(["compression=none", "compression.client=true", "compression.per_layer=true"]))
     assert said == validate(fl.compose(["compression=none"]))
+
+
+def test_a_split_whose_heaviest_client_masking_would_weigh_less_than_its_samples_is_refused(tmp_path):
+    """A masked client's FedAvg weight (samples / mean samples) is capped at secagg.max_weight: past it the
+    masked sum silently stopped being FedAvg's, unlike the same split unmasked."""
+    split = [f"results.dir={tmp_path}", "backend=inline", "dataset.partition=dirichlet", "dataset.alpha=0.1",
+             "fl.rounds=1", "model=mlp_small", "compression.ratio=0.1"]
+    with pytest.raises(ConfigError, match=r"client \d+ holds \d+ samples, 2\.\d\d times the mean.*"
+                                          r"secagg.max_weight=1.5; set secagg.max_weight >= 2\.\d"):
+        fl.run(fl.compose([*split, "secagg.max_weight=1.5"]))
+    assert not any(tmp_path.rglob("rounds*.csv"))  # refused before any round: nothing recorded
+    assert len(fl.run(fl.compose([*split, "secagg=none", "secagg.max_weight=1.5"]))) == 1  # unmasked: exact weights
+    assert len(fl.run(fl.compose([*split, "secagg.max_weight=3"]))) == 1

@@ -180,7 +180,8 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
-    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), accuracy=("final_accuracy", "mean"),
+    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), runs=("seed", "size"),
+              accuracy=("final_accuracy", "mean"),
               accuracy_std=("final_accuracy", "std"), accuracy_last=("last_accuracy", "mean"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
@@ -207,6 +208,7 @@ def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
     return alike[values].fillna(sole[values])
 
 
+REPEATS_NOTE = " (over runs where a seed ran more than once, say on two machines: the seeds column says how many)"
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
                "pool with them, named on every line of the same data, model and run length. ")
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid), aborted "
@@ -222,8 +224,10 @@ def _has_others(t: pd.DataFrame) -> bool:
 
 
 def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "") -> str:
+    repeated = (t["runs"] != t["seeds"]).any()  # a seed run twice (two machines' folders reported together)
     lines = ["# Top-k results", "", f"Regenerate: `{command}`", "",
-             f"Final test accuracy: mean ± std over seeds; last {LAST}: each run's accuracy averaged over its last "
+             "Final test accuracy: mean ± std over seeds" + (REPEATS_NOTE if repeated else "")
+             + f"; last {LAST}: each run's accuracy averaged over its last "
              f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
              "shards). Field bits: the masked field's width (blank: not masked); "
              "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "")
@@ -251,7 +255,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
         lines.append(
             f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
             f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
-            f"{f'| {r.other} ' if others else ''}| {r.seeds} "
+            f"{f'| {r.other} ' if others else ''}| {r.seeds}{f' ({r.runs} runs)' if r.runs != r.seeds else ''} "
             f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_last:.3f} "
             f"| {_num(r.accuracy_change, '+.3f')} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "

@@ -331,3 +331,19 @@ def test_every_line_of_a_crowded_panel_looks_different_and_the_title_fits_the_fi
     assert title.x0 >= 0 and title.x1 <= fig.bbox.width
     label, legend = axes[0, 0].xaxis.label.get_window_extent(renderer), axes[0, 0].get_legend().get_window_extent(renderer)
     assert legend.y1 <= label.y0 and legend.y0 >= 0  # under the axis label, inside the figure
+
+
+def test_a_seed_run_twice_is_counted_as_one_seed_and_the_table_says_how_many_runs(tmp_path):
+    """The same cell rerun on another machine into another folder, both reported: two runs of one seed read as
+    'seeds 1' with a standard deviation over two runs."""
+    for folder, acc in (("laptop", 0.70), ("cluster", 0.72)):
+        _write_run(tmp_path / folder, "a", [dict(r, run_id=folder, accuracy=acc) for r in _rows("a", 0, 20, acc)],
+                   _config())
+    _write_run(tmp_path / "cluster", "b", [dict(r, run_id="b", seed=1) for r in _rows("b", 1, 20, 0.74)], _config())
+    rows, _ = report.load([str(tmp_path / "laptop"), str(tmp_path / "cluster")])
+    t = report.table(report.per_run(rows, 0.6))
+    assert (t["seeds"].iloc[0], t["runs"].iloc[0]) == (2, 3) and t["accuracy"].iloc[0] == pytest.approx(0.72)
+    md = report.markdown(t, [], 0.6, "cmd")
+    assert "| 2 (3 runs) |" in md and report.REPEATS_NOTE in md
+    single = report.table(report.per_run(rows[rows["run_id"] != "cluster"], 0.6))
+    assert report.REPEATS_NOTE not in report.markdown(single, [], 0.6, "cmd")

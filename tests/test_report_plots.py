@@ -347,3 +347,14 @@ def test_a_seed_run_twice_is_counted_as_one_seed_and_the_table_says_how_many_run
     assert "| 2 (3 runs) |" in md and report.REPEATS_NOTE in md
     single = report.table(report.per_run(rows[rows["run_id"] != "cluster"], 0.6))
     assert report.REPEATS_NOTE not in report.markdown(single, [], 0.6, "cmd")
+
+
+def test_the_ratio_axis_is_labelled_at_the_ratios_run(tmp_path, monkeypatch):
+    """Ratios under a decade apart (0.01-0.05) got log-scale minor tick labels that ran into each other."""
+    runs = pd.DataFrame([_run("none", "dense", 1.0, 0.8, "none"),
+                         *[_run("none", "per-client", r, a) for r, a in ((0.03, 0.75), (0.02, 0.74), (0.01, 0.7))]])
+    ticks = []
+    monkeypatch.setattr(report.plt.Axes, "set_xticks",
+                        lambda self, values, labels=None, **kw: ticks.append((list(values), list(labels))))
+    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    assert ticks == [([0.01, 0.02, 0.03, 1.0], ["0.01", "0.02", "0.03", "1"])]

@@ -223,9 +223,28 @@ def _has_others(t: pd.DataFrame) -> bool:
     return "other" in t and bool((t["other"].fillna("") != "").any())
 
 
-def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "") -> str:
+def scope(rows: pd.DataFrame) -> str:
+    """What the runs cover, for the title: data (partitions), models, population and cohort, run lengths and
+    seeds, so a table says at a glance whether it is a demo or evidence at federated scale."""
+    def listed(values) -> str:
+        return ", ".join(str(v) for v in sorted(set(values)))
+
+    def numbers(values) -> str:  # 0, 1, 2, 3, 4 -> 0-4
+        v = sorted({int(x) for x in values})
+        return f"{v[0]}-{v[-1]}" if len(v) > 2 and v == list(range(v[0], v[-1] + 1)) else ", ".join(map(str, v))
+
+    runs = rows.assign(length=rows.groupby("run_id")["round"].transform("size")).groupby("run_id").first()
+    data = "; ".join(f"{d} ({listed(g['partition'])})" for d, g in runs.groupby("dataset"))
+    people = "; ".join(f"{n} clients, {c} a round" if c < n else f"{n} clients, all every round"
+                       for n, c in sorted(set(zip(runs["num_clients"], runs["clients_per_round"]))))
+    return (f"{data} · {listed(runs['model'])} · {people} · {numbers(runs['length'])} rounds · "
+            f"seed{'s' * (runs['seed'].nunique() > 1)} {numbers(runs['seed'])}")
+
+
+def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "",
+             title: str = "") -> str:
     repeated = (t["runs"] != t["seeds"]).any()  # a seed run twice (two machines' folders reported together)
-    lines = ["# Top-k results", "", f"Regenerate: `{command}`", "",
+    lines = ["# Top-k results" + (f": {title}" if title else ""), "", f"Regenerate: `{command}`", "",
              "Final test accuracy: mean ± std over seeds" + (REPEATS_NOTE if repeated else "")
              + f"; last {LAST}: each run's accuracy averaged over its last "
              f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
@@ -470,8 +489,8 @@ def main(argv=None) -> pd.DataFrame:
     hidden = ["base"] + ([] if _has_others(t) else ["other"]) + ([] if _has_lost(t) else LOST)
     t.drop(columns=hidden).to_csv(out / "topk_table.csv", index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
-    (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command,
-                                                      code_versions(rows)))
+    (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command, code_versions(rows),
+                                                scope(rows)))
     plot_accuracy_vs_ratio(runs, out / "accuracy_vs_ratio.png")
     plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
     plot_accuracy_vs_round(rows, out / "accuracy_vs_round.png")

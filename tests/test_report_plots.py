@@ -358,3 +358,18 @@ def test_the_ratio_axis_is_labelled_at_the_ratios_run(tmp_path, monkeypatch):
                         lambda self, values, labels=None, **kw: ticks.append((list(values), list(labels))))
     report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     assert ticks == [([0.01, 0.02, 0.03, 1.0], ["0.01", "0.02", "0.03", "1"])]
+
+
+def test_the_title_says_what_the_runs_cover_so_a_demo_is_not_read_as_federated_evidence(tmp_path):
+    fed = [r | dict(num_clients=100, clients_per_round=10) for s in range(5) for r in _rows(f"f{s}", s, 20, 0.7)]
+    demo = [r | dict(dataset="digits", partition="iid", model="mlp_small", num_clients=10, clients_per_round=10)
+            for r in _rows("d", 0, 20, 0.9) + [dict(_rows("d", 0, 20, 0.9)[1], round=2)]]
+    assert report.scope(pd.DataFrame(fed)) == "fashion_mnist (shards) · lenet · 100 clients, 10 a round · 2 rounds · seeds 0-4"
+    both = report.scope(pd.DataFrame(fed + demo))
+    assert both == ("digits (iid); fashion_mnist (shards) · lenet, mlp_small · 10 clients, all every round; "
+                    "100 clients, 10 a round · 2, 3 rounds · seeds 0-4")
+    odd = [r | dict(num_clients=100, clients_per_round=10) for s in (0, 2) for r in _rows(f"o{s}", s, 20, 0.7)]
+    assert report.scope(pd.DataFrame(odd)).endswith("· seeds 0, 2")
+    rows = pd.DataFrame(fed)
+    md = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd", "", report.scope(rows))
+    assert md.splitlines()[0] == "# Top-k results: " + report.scope(rows)

@@ -1,11 +1,13 @@
 """Turn tidy per-round rows into the top-k result table and plots, from the rows alone.
 
     python -m experiments.report results/runs [more dirs ...] [--out results] [--target 0.9]
-        [--label DIR=NAME ...]
+        [--label DIR=NAME ...] [--link UP,DOWN,RTT ...]
 
 Reads every `<dir>/**/rounds.csv` of a finished run (one with done.json beside it); runs that have rows
 but never finished are listed as incomplete, not silently dropped. `--label DIR=NAME` names the data of the
-runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`). Writes under --out:
+runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`). `--link 10,50,50` adds
+the seconds a client would spend on the wire per round over a link of 10 Mbit/s up, 50 down and a 50 ms round trip
+(a model applied to the counted bytes and the round's exchanges, not a measurement). Writes under --out:
 topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, accuracy_vs_round.png, time_breakdown.png.
 """
 from __future__ import annotations
@@ -37,6 +39,9 @@ UNRECORDED = "from before the code's commit was recorded"
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
 LOST = ["dropped_per_round", "rejected_per_round", "aborted_rounds"]  # shown where a line lost any
 LAST = 5  # the "last 5" column: accuracy averaged over a run's last LAST evaluated rounds
+# a masked round's protocol steps, each a call to the clients and their replies: one round trip apiece
+STEPS = ["t_step_advertise", "t_step_share_keys", "t_step_masked_sketch", "t_step_unmask_sketch",
+         "t_step_masked_input", "t_step_unmask"]
 
 
 def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.DataFrame, list[Path]]:
@@ -169,12 +174,45 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
                    upload_to_target=upload,
                    up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
                    upload_total_per_client=run["bytes_up_per_client"].sum(),
+                   round_trips=round_trips(run).mean(),
                    **{f"{c}_per_round": run[c].mean() if c in run else 0.0 for c in ("dropped", "rejected")},
                    aborted_rounds=run["aborted"].astype(bool).sum() if "aborted" in run else 0,
                    rounds=len(run), **{s: stage_seconds(run, s).mean() for s in STAGES + ["t_round"]})
         return pd.Series(out)
 
     return rows.groupby("run_id").apply(summarize, include_groups=False).reset_index(drop=True)
+
+
+def round_trips(run: pd.DataFrame) -> pd.Series:
+    """Each round's exchanges between the server and a client: a plain round is one (the model down, the update
+    up); a masked round one per protocol step it ran (4; 6 with `fresh`'s first exchange; fewer if it aborted),
+    the model travelling with a step's call."""
+    steps = [c for c in STEPS if c in run]
+    return run[steps].notna().sum(axis=1).clip(lower=1) if steps else pd.Series(1, index=run.index)
+
+
+def wire_seconds(t: pd.DataFrame, link: tuple[float, float, float]) -> pd.Series:
+    """A client's seconds on the wire per round over `link` (Mbit/s up, Mbit/s down, round trip in ms): its bytes
+    at the link's rates plus a round trip per exchange. The server's link and the cohort's clients are taken as no
+    bottleneck: a model of the counted bytes, not a measurement."""
+    up, down, rtt = link
+    return (t["up_per_client"] * 8 / (up * 1e6) + t["down_per_client"] * 8 / (down * 1e6)
+            + t["round_trips"] * rtt / 1e3)
+
+
+def parse_link(text: str) -> tuple[float, float, float]:
+    """'10,50,50' -> (10.0, 50.0, 50.0): Mbit/s up, Mbit/s down, round trip in ms; all positive and finite."""
+    try:
+        link = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        link = ()
+    if len(link) != 3 or not all(np.isfinite(x) and x > 0 for x in link):
+        raise argparse.ArgumentTypeError(f"--link {text!r}: expected UP,DOWN,RTT (Mbit/s, Mbit/s, ms), all > 0")
+    return link
+
+
+def link_name(link: tuple[float, float, float]) -> str:
+    return f"{link[0]:g}/{link[1]:g} Mbit/s, {link[2]:g} ms"
 
 
 def table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -185,7 +223,8 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
               accuracy_std=("final_accuracy", "std"), accuracy_last=("last_accuracy", "mean"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
-              round_s=("t_round", "mean"), rounds_to_target=("rounds_to_target", "mean"),
+              round_s=("t_round", "mean"), round_trips=("round_trips", "mean"),
+              rounds_to_target=("rounds_to_target", "mean"),
               reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean"),
               **{c: (c, "mean") for c in LOST}).reset_index()
     base = _dense_baseline(t)
@@ -208,6 +247,10 @@ def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
     return alike[values].fillna(sole[values])
 
 
+LINK_NOTE = (" Wire s: a client's seconds on the wire per round over the link named (Mbit/s up / down, round-trip "
+             "time): its bytes at those rates plus one round trip per exchange with the server (round trips: 1 for "
+             "a plain round, one per protocol step for a masked one); the server's link is taken as no bottleneck. "
+             "A model applied to the counted bytes, not a measurement.")
 REPEATS_NOTE = " (over runs where a seed ran more than once, say on two machines: the seeds column says how many)"
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
                "pool with them, named on every line of the same data, model and run length. ")
@@ -242,7 +285,7 @@ def scope(rows: pd.DataFrame) -> str:
 
 
 def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "",
-             title: str = "") -> str:
+             title: str = "", links: tuple = ()) -> str:
     repeated = (t["runs"] != t["seeds"]).any()  # a seed run twice (two machines' folders reported together)
     lines = ["# Top-k results" + (f": {title}" if title else ""), "", f"Regenerate: `{command}`", "",
              "Final test accuracy: mean ± std over seeds" + (REPEATS_NOTE if repeated else "")
@@ -255,7 +298,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
              f"Rounds to target: first round with accuracy >= {target}, mean over the seeds that reached it (their "
              "count after the slash; blank = none did); upload to target: every client's upload until then, per "
-             "client of the population (cumulative bytes, mean over those seeds).", ""]
+             "client of the population (cumulative bytes, mean over those seeds)."
+             + (LINK_NOTE if links else ""), ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
     if code:
@@ -266,6 +310,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
               f"| last {LAST} | Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
               f"| rounds to {target} | upload to {target} |"
+              + "".join(f" wire s, {link_name(k)} |" for k in links) + (" round trips |" if links else "")
               + (" dropped / round | rejected / round | aborted rounds |" if lost else ""))
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     lengths = t["rounds"].nunique() > 1  # say each line's run length where they differ
@@ -281,6 +326,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
+            + "".join(f" {getattr(r, f'wire_{i}'):.3f} |" for i in range(len(links)))
+            + (f" {r.round_trips:g} |" if links else "")
             + (f" {r.dropped_per_round:.2f} | {r.rejected_per_round:.2f} | {r.aborted_rounds:g} |" if lost else ""))
     if len(envs) > 1:
         lines += ["", "## Environments compared (seconds per round)", "",
@@ -479,18 +526,25 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--target", type=float, default=0.9, help="accuracy for the rounds-to-target column")
     ap.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
                     help="name the data of the runs under DIR (repeatable)")
+    ap.add_argument("--link", action="append", default=[], type=parse_link, metavar="UP,DOWN,RTT",
+                    help="add a client's wire seconds per round over a link of UP and DOWN Mbit/s and an RTT in ms "
+                         "(repeatable)")
     args = ap.parse_args(argv)
     labels = dict(item.split("=", 1) for item in args.label)
     rows, incomplete = load(args.dirs, {k.rstrip("/"): v for k, v in labels.items()})
     runs = per_run(rows, args.target)
     t = table(runs)
+    for i, link in enumerate(args.link):
+        t[f"wire_{i}"] = wire_seconds(t, link)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = ["base"] + ([] if _has_others(t) else ["other"]) + ([] if _has_lost(t) else LOST)
-    t.drop(columns=hidden).to_csv(out / "topk_table.csv", index=False)
+    t.drop(columns=hidden).rename(columns={f"wire_{i}": f"wire_s_{'_'.join(f'{x:g}' for x in link)}"
+                                           for i, link in enumerate(args.link)}).to_csv(out / "topk_table.csv",
+                                                                                       index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command, code_versions(rows),
-                                                scope(rows)))
+                                                scope(rows), tuple(args.link)))
     plot_accuracy_vs_ratio(runs, out / "accuracy_vs_ratio.png")
     plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
     plot_accuracy_vs_round(rows, out / "accuracy_vs_round.png")

@@ -373,3 +373,31 @@ def test_the_title_says_what_the_runs_cover_so_a_demo_is_not_read_as_federated_e
     rows = pd.DataFrame(fed)
     md = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd", "", report.scope(rows))
     assert md.splitlines()[0] == "# Top-k results: " + report.scope(rows)
+
+
+def test_wire_seconds_are_the_counted_bytes_at_the_links_rates_plus_a_round_trip_per_exchange(tmp_path):
+    masked = pd.DataFrame(_rows("m", 0, 20, 0.7)).assign(
+        **{c: 0.1 for c in report.STEPS}, bytes_up_per_client=125_000.0, bytes_down_per_client=250_000.0)
+    masked.loc[1, ["t_step_masked_input", "t_step_unmask"]] = np.nan  # a round aborted after its sketch exchange
+    plain = pd.DataFrame(_rows("p", 0, 20, 0.8)).assign(secagg="none", index_policy="per-client",
+                                                         field_bits=np.nan, bytes_up_per_client=125_000.0,
+                                                         bytes_down_per_client=250_000.0)
+    assert report.round_trips(masked).tolist() == [6, 4]
+    assert report.round_trips(plain).tolist() == [1, 1]  # no step columns at all: plain rounds
+    t = report.table(report.per_run(pd.concat([masked, plain]), 0.6)).set_index("secagg")
+    link = report.parse_link("10,50,40")
+    wire = report.wire_seconds(t, link)
+    # 1 Mbit up at 10 Mbit/s, 2 Mbit down at 50: 0.1 + 0.04 s, then 5 (masked: mean of 6 and 4) or 1 round trips
+    assert wire["dh"] == pytest.approx(0.14 + 5 * 0.04) and wire["none"] == pytest.approx(0.14 + 0.04)
+    t["wire_0"] = wire
+    md = report.markdown(t.reset_index(), [], 0.6, "cmd", links=(link,))
+    assert "| wire s, 10/50 Mbit/s, 40 ms | round trips |" in md and "| 0.340 | 5 |" in md and "| 0.180 | 1 |" in md
+    assert "not a measurement" in md
+    assert "wire s" not in report.markdown(t.reset_index(), [], 0.6, "cmd")  # only where a link is asked for
+
+
+@pytest.mark.parametrize("text", ["10,50", "10,50,0", "a,b,c", "10,-1,5", "10,inf,5"])
+def test_a_link_that_is_not_three_positive_numbers_is_refused_naming_the_format(text, capsys):
+    with pytest.raises(SystemExit):
+        report.main(["results", "--link", text])
+    assert "expected UP,DOWN,RTT (Mbit/s, Mbit/s, ms), all > 0" in capsys.readouterr().err

@@ -186,9 +186,11 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
 def round_trips(run: pd.DataFrame) -> pd.Series:
     """Each round's exchanges between the server and a client: a plain round is one (the model down, the update
     up); a masked round one per protocol step it ran (4; 6 with `fresh`'s first exchange; fewer if it aborted),
-    the model travelling with a step's call."""
+    the model travelling with a step's call. NaN for masked rows kept before the steps were timed."""
     steps = [c for c in STEPS if c in run]
-    return run[steps].notna().sum(axis=1).clip(lower=1) if steps else pd.Series(1, index=run.index)
+    if steps:
+        return run[steps].notna().sum(axis=1).clip(lower=1)
+    return pd.Series(np.where(run["secagg"] == "none", 1.0, np.nan), index=run.index)
 
 
 def wire_seconds(t: pd.DataFrame, link: tuple[float, float, float]) -> pd.Series:
@@ -326,8 +328,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
-            + "".join(f" {getattr(r, f'wire_{i}'):.3f} |" for i in range(len(links)))
-            + (f" {r.round_trips:g} |" if links else "")
+            + "".join(f" {_num(getattr(r, f'wire_{i}'), '.3f')} |" for i in range(len(links)))
+            + (f" {_num(r.round_trips, 'g')} |" if links else "")
             + (f" {r.dropped_per_round:.2f} | {r.rejected_per_round:.2f} | {r.aborted_rounds:g} |" if lost else ""))
     if len(envs) > 1:
         lines += ["", "## Environments compared (seconds per round)", "",

@@ -384,6 +384,7 @@ def test_wire_seconds_are_the_counted_bytes_at_the_links_rates_plus_a_round_trip
                                                          bytes_down_per_client=250_000.0)
     assert report.round_trips(masked).tolist() == [6, 4]
     assert report.round_trips(plain).tolist() == [1, 1]  # no step columns at all: plain rounds
+    assert report.round_trips(masked.drop(columns=report.STEPS)).isna().all()  # masked rows from before the steps
     t = report.table(report.per_run(pd.concat([masked, plain]), 0.6)).set_index("secagg")
     link = report.parse_link("10,50,40")
     wire = report.wire_seconds(t, link)

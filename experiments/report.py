@@ -281,9 +281,10 @@ def scope(rows: pd.DataFrame) -> str:
     runs = rows.assign(length=rows.groupby("run_id")["round"].transform("size")).groupby("run_id").first()
     data = "; ".join(f"{d} ({listed(g['partition'])})" for d, g in runs.groupby("dataset"))
     people = "; ".join(f"{n} clients, {c} a round" if c < n else f"{n} clients, all every round"
-                       for n, c in sorted(set(zip(runs["num_clients"], runs["clients_per_round"]))))
-    return (f"{data} · {listed(runs['model'])} · {people} · {numbers(runs['length'])} rounds · "
-            f"seed{'s' * (runs['seed'].nunique() > 1)} {numbers(runs['seed'])}")
+                       for n, c in sorted(set(zip(runs["num_clients"], runs["clients_per_round"])))) \
+        if {"num_clients", "clients_per_round"} <= set(runs) else ""  # rows written before the cohort was a column
+    return " · ".join(part for part in (data, listed(runs["model"]), people, f"{numbers(runs['length'])} rounds",
+                                        f"seed{'s' * (runs['seed'].nunique() > 1)} {numbers(runs['seed'])}") if part)
 
 
 def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "",

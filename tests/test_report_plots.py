@@ -370,6 +370,7 @@ def test_the_title_says_what_the_runs_cover_so_a_demo_is_not_read_as_federated_e
                     "100 clients, 10 a round · 2, 3 rounds · seeds 0-4")
     odd = [r | dict(num_clients=100, clients_per_round=10) for s in (0, 2) for r in _rows(f"o{s}", s, 20, 0.7)]
     assert report.scope(pd.DataFrame(odd)).endswith("· seeds 0, 2")
+    assert report.scope(pd.DataFrame(_rows("x", 0, 20, 0.7))) == "fashion_mnist (shards) · lenet · 2 rounds · seed 0"
     rows = pd.DataFrame(fed)
     md = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd", "", report.scope(rows))
     assert md.splitlines()[0] == "# Top-k results: " + report.scope(rows)

@@ -100,8 +100,7 @@ def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> di
     none. A key found so is named on every run of the same data, model and length, so a setting run at one value
     of it only (alone in its pool) still says which. Keys a run's config.json lacks (written before the key
     existed) are not compared, and masking's keys not named for unmasked runs."""
-    lengths = rows.groupby("run_id")["round"].transform("size")
-    runs = rows.assign(length=lengths).groupby("run_id").first().reset_index()
+    runs = _first_rows(rows).reset_index()
     found: dict[str, set[str]] = {}
     for _, g in runs.groupby([c for c in SETTING if c != "other"] + ["length"], dropna=False):
         cfgs = [configs.get(r, {}) for r in g["run_id"]]
@@ -117,6 +116,11 @@ def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> di
             other[run_id] = ", ".join(f"{k}={_plain(cfg[k])}" for k in keys
                                       if k in cfg and (masked or not k.startswith(MASKING_ONLY)))
     return other
+
+
+def _first_rows(rows: pd.DataFrame) -> pd.DataFrame:
+    """Each run's first row, indexed by run_id, with its number of rounds as `length`."""
+    return rows.assign(length=rows.groupby("run_id")["round"].transform("size")).groupby("run_id").first()
 
 
 def _plain(value: str) -> str:
@@ -217,6 +221,11 @@ def link_name(link: tuple[float, float, float]) -> str:
     return f"{link[0]:g}/{link[1]:g} Mbit/s, {link[2]:g} ms"
 
 
+def wire_column(link: tuple[float, float, float]) -> str:
+    """The table's column for a link's wire seconds: wire_s_10_50_50."""
+    return "wire_s_" + "_".join(f"{x:g}" for x in link)
+
+
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
@@ -278,7 +287,7 @@ def scope(rows: pd.DataFrame) -> str:
         v = sorted({int(x) for x in values})
         return f"{v[0]}-{v[-1]}" if len(v) > 2 and v == list(range(v[0], v[-1] + 1)) else ", ".join(map(str, v))
 
-    runs = rows.assign(length=rows.groupby("run_id")["round"].transform("size")).groupby("run_id").first()
+    runs = _first_rows(rows)
     data = "; ".join(f"{d} ({listed(g['partition'])})" for d, g in runs.groupby("dataset"))
     people = "; ".join(f"{n} clients, {c} a round" if c < n else f"{n} clients, all every round"
                        for n, c in sorted(set(zip(runs["num_clients"], runs["clients_per_round"])))) \
@@ -329,7 +338,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
-            + "".join(f" {_num(getattr(r, f'wire_{i}'), '.3f')} |" for i in range(len(links)))
+            + "".join(f" {_num(getattr(r, wire_column(k)), '.3f')} |" for k in links)
             + (f" {_num(r.round_trips, 'g')} |" if links else "")
             + (f" {r.dropped_per_round:.2f} | {r.rejected_per_round:.2f} | {r.aborted_rounds:g} |" if lost else ""))
     if len(envs) > 1:
@@ -537,14 +546,12 @@ def main(argv=None) -> pd.DataFrame:
     rows, incomplete = load(args.dirs, {k.rstrip("/"): v for k, v in labels.items()})
     runs = per_run(rows, args.target)
     t = table(runs)
-    for i, link in enumerate(args.link):
-        t[f"wire_{i}"] = wire_seconds(t, link)
+    for link in args.link:
+        t[wire_column(link)] = wire_seconds(t, link)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = ["base"] + ([] if _has_others(t) else ["other"]) + ([] if _has_lost(t) else LOST)
-    t.drop(columns=hidden).rename(columns={f"wire_{i}": f"wire_s_{'_'.join(f'{x:g}' for x in link)}"
-                                           for i, link in enumerate(args.link)}).to_csv(out / "topk_table.csv",
-                                                                                       index=False)
+    t.drop(columns=hidden).to_csv(out / "topk_table.csv", index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
     (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command, code_versions(rows),
                                                 scope(rows), tuple(args.link)))

@@ -391,7 +391,7 @@ def test_wire_seconds_are_the_counted_bytes_at_the_links_rates_plus_a_round_trip
     wire = report.wire_seconds(t, link)
     # 1 Mbit up at 10 Mbit/s, 2 Mbit down at 50: 0.1 + 0.04 s, then 5 (masked: mean of 6 and 4) or 1 round trips
     assert wire["dh"] == pytest.approx(0.14 + 5 * 0.04) and wire["none"] == pytest.approx(0.14 + 0.04)
-    t["wire_0"] = wire
+    t[report.wire_column(link)] = wire
     md = report.markdown(t.reset_index(), [], 0.6, "cmd", links=(link,))
     assert "| wire s, 10/50 Mbit/s, 40 ms | round trips |" in md and "| 0.340 | 5 |" in md and "| 0.180 | 1 |" in md
     assert "not a measurement" in md

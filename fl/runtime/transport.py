@@ -1,9 +1,7 @@
 """A worker's replies through shared memory, when the worker runs on the driver's machine.
 
-Ray carries a one-reply call's return value through its serializer and gRPC: for mlp_small at N = 50,
-two replies of 25 x 19 KB messages cost about 0.5 ms a round more than the same call with a tiny reply
-(a bare two-actor round trip here; in interleaved runs of experiments/bench_sim.py's N = 50 cell the
-framework's share went from 28.9% to 27.4% with this module). Here the worker copies its messages into
+Ray carries a one-reply call's return value through its serializer and gRPC, which costs a round more than
+the messages are worth (docs/performance.md, "Round time at N = 50"). Here the worker copies its messages into
 a file in shared memory that the driver has mapped, and the call returns only where they lie; the
 driver copies them out as soon as the reply arrives. The messages are the same bytes either way:
 this changes how they travel between two local processes, not what is counted.

@@ -37,7 +37,8 @@ MASKING_ONLY = ("secagg.", "compression.index_policy", "compression.fresh_summar
 BASELINE = ["env", "dataset", "partition", "model"]
 UNRECORDED = "from before the code's commit was recorded"
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
-LOST = ["dropped_per_round", "rejected_per_round", "aborted_rounds"]  # shown where a line lost any
+# shown where a line lost any (or had updates clipped)
+LOST = ["dropped_per_round", "rejected_per_round", "clipped_per_round", "aborted_rounds"]
 LAST = 5  # the "last 5" column: accuracy averaged over a run's last LAST evaluated rounds
 # a masked round's protocol steps, each a call to the clients and their replies: one round trip apiece
 STEPS = ["t_step_advertise", "t_step_share_keys", "t_step_masked_sketch", "t_step_unmask_sketch",
@@ -179,7 +180,8 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
                    up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
                    upload_total_per_client=run["bytes_up_per_client"].sum(),
                    round_trips=round_trips(run).mean(),
-                   **{f"{c}_per_round": run[c].mean() if c in run else 0.0 for c in ("dropped", "rejected")},
+                   **{f"{c}_per_round": run[c].fillna(0).mean() if c in run else 0.0
+                      for c in ("dropped", "rejected", "clipped")},
                    aborted_rounds=run["aborted"].astype(bool).sum() if "aborted" in run else 0,
                    rounds=len(run), **{s: stage_seconds(run, s).mean() for s in STAGES + ["t_round"]})
         return pd.Series(out)
@@ -265,8 +267,9 @@ LINK_NOTE = (" Wire s: a client's seconds on the wire per round over the link na
 REPEATS_NOTE = " (over runs where a seed ran more than once, say on two machines: the seeds column says how many)"
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
                "pool with them, named on every line of the same data, model and run length. ")
-LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid), aborted "
-             "rounds: rounds not applied (too few survivors), means over seeds. ")
+LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid); clipped / "
+             "round: updates scaled down to `fl.max_update_norm`; aborted rounds: rounds not applied (too few "
+             "survivors); means over seeds. ")
 
 
 def _has_lost(t: pd.DataFrame) -> bool:
@@ -323,7 +326,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
               f"| rounds to {target} | upload to {target} |"
               + "".join(f" wire s, {link_name(k)} |" for k in links) + (" round trips |" if links else "")
-              + (" dropped / round | rejected / round | aborted rounds |" if lost else ""))
+              + (" dropped / round | rejected / round | clipped / round | aborted rounds |" if lost else ""))
     lines += [header, "|" + "---|" * (header.count("|") - 1)]
     lengths = t["rounds"].nunique() > 1  # say each line's run length where they differ
     for r in t.itertuples():
@@ -340,7 +343,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
             + "".join(f" {_num(getattr(r, wire_column(k)), '.3f')} |" for k in links)
             + (f" {_num(r.round_trips, 'g')} |" if links else "")
-            + (f" {r.dropped_per_round:.2f} | {r.rejected_per_round:.2f} | {r.aborted_rounds:g} |" if lost else ""))
+            + (f" {r.dropped_per_round:.2f} | {r.rejected_per_round:.2f} | {r.clipped_per_round:.2f} "
+               f"| {r.aborted_rounds:g} |" if lost else ""))
     if len(envs) > 1:
         lines += ["", "## Environments compared (seconds per round)", "",
                   t.pivot_table(index=["dataset", "model", "compression", "ratio", "secagg"], columns="env",

@@ -34,6 +34,7 @@ class FLConfig:
     weight_decay: float = 0.0       # local SGD L2 weight decay
     server_lr: float = 1.0          # the server's step on the mean update (1 with no momentum: FedAvg)
     server_momentum: float = 0.0    # FedAvgM: the server's momentum over rounds' mean updates
+    max_update_norm: Optional[float] = None  # clip each client's update to this L2 norm before it is encoded
     eval_every: int = 1
     eval_overlap: bool = True       # evaluate round r in round r+1's training call (fl.evaluation): same figures
 
@@ -213,6 +214,9 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
         raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
                           f"{f.server_momentum}")
+    bound = f.get("max_update_norm")
+    if bound is not None and not 0 < bound < math.inf:
+        raise ConfigError(f"fl.max_update_norm must be > 0 and finite (or null: no clipping), got {bound}")
     per_layer = c.compression.per_layer and c.compression.name != "none"
     if per_layer and not _has_layers(c.compression.name):
         layered = [n for n in compression.names() if _has_layers(n)]

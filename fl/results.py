@@ -34,7 +34,8 @@ COLUMNS = [
     "run_id", "config_hash", "seed", "dataset", "partition", "model", "n_params", "num_clients",
     "clients_per_round", "compression", "ratio", "client_compression", "server_compression", "error_feedback",
     "index_policy", "secagg", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
-    "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "catchups", "rejected", "aborted",
+    "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "catchups", "rejected", "clipped",
+    "aborted",
     "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask",
     "dropped_masked_sketch", "dropped_unmask_sketch", "late_ignored",
     "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode", "t_evaluate", "t_evaluate_carried",
@@ -50,7 +51,8 @@ COLUMNS = [
 # (so a finished run is still found); and keys that say where files are found or when evaluation runs, not
 # what is computed.
 NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("fl", "server_lr"): 1.0,
-           ("fl", "server_momentum"): 0.0, ("model", "padding"): "same", ("compression", "sketch_quant_bits"): None,
+           ("fl", "server_momentum"): 0.0, ("fl", "max_update_norm"): None, ("model", "padding"): "same",
+           ("compression", "sketch_quant_bits"): None,
            ("compression", "fresh_summary"): "blocks", ("compression", "block_size"): 64,
            ("dataset", "labels_per_client"): 2}
 WHERE_KEYS = (("dataset", "system_dirs"), ("dataset", "cache"),

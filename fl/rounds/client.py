@@ -2,6 +2,7 @@
 add its error-feedback residual to its update. The state lives on the worker that owns the client."""
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -41,11 +42,27 @@ def sync(worker, broadcast: bytes, round: int, catchup: bytes | None = None) -> 
     return time.perf_counter() - t0
 
 
+def clip_norm(update: np.ndarray, bound: float | None) -> tuple[np.ndarray, bool]:
+    """`update` scaled down to L2 norm `bound` if it is longer (DP-FedAvg's and TFF's clipping), and whether it
+    was. A non-finite update is returned as it is, to be refused downstream: scaling must never turn an Inf into
+    a number. The norm is taken in float64, where a finite float32 vector's cannot overflow."""
+    if bound is None:
+        return update, False
+    norm = float(np.linalg.norm(update.astype(np.float64, copy=False)))
+    if not math.isfinite(norm) or norm <= bound:
+        return update, False
+    return (update * np.float32(bound / norm)).astype(update.dtype, copy=False), True
+
+
 def timed_train(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
-    """The client's update (local - reference) after local training, and its sample count."""
+    """The client's update (local - reference) after local training, clipped to `fl.max_update_norm` if one
+    is set (counted in the row's `clipped`), and its sample count."""
     t0 = time.perf_counter()
     update, n = worker.train(cid, round)
+    update, clipped = clip_norm(update, worker.plan.training.max_update_norm)
     t["t_train"] += time.perf_counter() - t0
+    if clipped:
+        t["clipped"] += 1
     return update, n
 
 

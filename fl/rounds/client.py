@@ -42,13 +42,18 @@ def sync(worker, broadcast: bytes, round: int, catchup: bytes | None = None) -> 
     return time.perf_counter() - t0
 
 
-def clip_norm(update: np.ndarray, bound: float | None) -> tuple[np.ndarray, bool]:
+def update_norm(update: np.ndarray) -> float:
+    """The L2 norm, taken in float64, where a finite float32 vector's cannot overflow (NaN/Inf if it is not finite)."""
+    return float(np.linalg.norm(update.astype(np.float64, copy=False)))
+
+
+def clip_norm(update: np.ndarray, bound: float | None, norm: float | None = None) -> tuple[np.ndarray, bool]:
     """`update` scaled down to L2 norm `bound` if it is longer (DP-FedAvg's and TFF's clipping), and whether it
     was. A non-finite update is returned as it is, to be refused downstream: scaling must never turn an Inf into
-    a number. The norm is taken in float64, where a finite float32 vector's cannot overflow."""
+    a number. `norm`: the update's, if already taken."""
     if bound is None:
         return update, False
-    norm = float(np.linalg.norm(update.astype(np.float64, copy=False)))
+    norm = update_norm(update) if norm is None else norm
     if not math.isfinite(norm) or norm <= bound:
         return update, False
     return (update * np.float32(bound / norm)).astype(update.dtype, copy=False), True
@@ -56,11 +61,15 @@ def clip_norm(update: np.ndarray, bound: float | None) -> tuple[np.ndarray, bool
 
 def timed_train(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
     """The client's update (local - reference) after local training, clipped to `fl.max_update_norm` if one
-    is set (counted in the row's `clipped`), and its sample count."""
+    is set (counted in the row's `clipped`), and its sample count. The largest finite norm before clipping goes
+    to the row's `update_norm_max`: a measurement of the simulation, never sent, so that a bound can be chosen."""
     t0 = time.perf_counter()
     update, n = worker.train(cid, round)
-    update, clipped = clip_norm(update, worker.plan.training.max_update_norm)
     t["t_train"] += time.perf_counter() - t0
+    norm = update_norm(update)
+    update, clipped = clip_norm(update, worker.plan.training.max_update_norm, norm)
+    if math.isfinite(norm):
+        t["update_norm_max"] = max(t["update_norm_max"], norm)
     if clipped:
         t["clipped"] += 1
     return update, n

@@ -73,6 +73,6 @@ def _in_client_order(streams: dict, clients: dict[int, list[int]], stats: dict, 
 
 
 def _add_stats(stats: dict, worker_stats: dict) -> None:
-    """Peaks: the largest worker's; everything else adds up."""
+    """Peaks and maxima: the largest worker's; everything else adds up."""
     for key, value in worker_stats.items():
-        stats[key] = max(stats[key], value) if key.endswith("_peak_mb") else stats[key] + value
+        stats[key] = max(stats[key], value) if key.endswith(("_peak_mb", "_max")) else stats[key] + value

@@ -109,3 +109,24 @@ def test_under_masking_the_bound_is_applied_by_the_client_before_its_update_is_m
     assert (rows["clipped"] >= _took_part()).all()  # the blown-up client each time (an honest one at most ~1)
     assert not rows["aborted"].any() and (rows["rejected"] == 0).all()
     assert rows["accuracy"].iloc[-1] >= clean["accuracy"].iloc[-1] - 0.03
+
+
+@pytest.mark.parametrize("secagg", ["none", "dh"])
+def test_update_norm_max_is_the_largest_norm_of_the_rounds_updates_before_the_bound(tmp_path, monkeypatch, secagg):
+    """The row's `update_norm_max` is what a user reads to choose a bound: the largest norm the cohort's clients
+    trained to, taken before clipping, in every round, with and without masking."""
+    from fl.rounds.client import update_norm
+
+    _blow_up(monkeypatch)
+    blown, norms = Worker.train, {}
+
+    def record(self, cid, round):
+        update, n = blown(self, cid, round)
+        norms.setdefault(round, []).append(update_norm(update))
+        return update, n
+
+    monkeypatch.setattr(Worker, "train", record)
+    rows = _run(tmp_path, f"secagg={secagg}", "compression.ratio=0.1", "fl.max_update_norm=1")
+    assert rows["update_norm_max"].tolist() == [max(norms[r]) for r in range(ROUNDS)]
+    took_part = _took_part()
+    assert all((m > 1e5) == bool(p) for m, p in zip(rows["update_norm_max"], took_part))

@@ -93,7 +93,7 @@ class Plan:
             partitions=partition_args(cfg),
             training=Training(int(cfg.seed), str(cfg.device), int(f.local_epochs), int(f.batch_size), float(f.lr),
                               float(f.momentum), float(f.weight_decay),
-                              _optional_float(f.get("max_update_norm"))),
+                              None if f.get("max_update_norm") is None else float(f.max_update_norm)),
             client_codec=client_codec,
             broadcast_codec=_codec(c, layer_sizes) if c.server and c.name != "none" else compression.get("none")(),
             error_feedback=bool(c.error_feedback and c.client and client_codec.biased and linear is None),
@@ -137,10 +137,6 @@ class Plan:
         if self.linear is not None:
             return "sketch-codec (server top-k)" if hasattr(self.linear, "hashes") else f"{self.linear.name}-codec (dense)"
         return "per-client" if self.client_codec.name != "none" else "dense"
-
-
-def _optional_float(value) -> float | None:
-    return None if value is None else float(value)
 
 
 def _codec(c, layer_sizes: tuple[int, ...] | None = None) -> compression.Codec:

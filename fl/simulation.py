@@ -81,7 +81,8 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
         bar = tqdm(range(rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
             t_round = time.perf_counter()
-            row = dict(static, round=r, rejected=0, clipped=0, aborted=False, dropped=0, t_setup=t_setup if r == 0 else 0.0)
+            row = dict(static, round=r, rejected=0, clipped=0, aborted=False, dropped=0,
+                       t_setup=t_setup if r == 0 else 0.0)
             server.forget(pool.revive())  # a dead worker is replaced; its clients' state is lost, as on a device
             stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0)  # the column is in every row
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 import fl
-from fl.config import ConfigError, as_dict, validate
 from fl import seeds
+from fl.config import ConfigError, as_dict, validate
 from fl.results import config_hash
 from fl.rounds.client import clip_norm
 from fl.runtime.worker import Worker

@@ -135,5 +135,10 @@ class Codec:
         """Payload bytes for a vector of length `n` (see the class docstring)."""
         raise NotImplementedError
 
+    def check_sender(self, payload: bytes, length: int) -> None:
+        """DecodeError unless `payload` could come from a codec configured as this one. The server calls it
+        before `decode`: a codec whose decoding cost rests on parameters the payload names (not only on its
+        size, which the wire bounds) refuses parameters other than its own here."""
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(ratio={self.ratio})"

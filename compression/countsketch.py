@@ -206,6 +206,16 @@ class CountSketchCompression(Codec):
         rows, cols = self.shape_for(n)
         return _HEADER.size + 4 * rows * cols
 
+    def check_sender(self, payload: bytes, length: int) -> None:
+        """The payload names its own rows and seed, and decoding builds rows x n hashes from them: the server
+        accepts only its own sketch."""
+        _, n, rows, cols, k, seed = read_header("countsketch", payload, _HEADER, VERSION)
+        check_payload_length("countsketch", n, length)
+        ours = (*self.shape_for(n), self.k_for(n), self.seed)
+        if (rows, cols, k, seed) != ours:
+            raise DecodeError(f"countsketch payload of another sketch: (rows, cols, k, seed) = {(rows, cols, k, seed)},"
+                              f" this codec's {ours}")
+
     def __repr__(self) -> str:
         return (f"CountSketchCompression(ratio={self.ratio}, rows={self.rows}, cols_per_k={self.cols_per_k}, "
                 f"seed={self.seed})")

@@ -16,7 +16,7 @@ Stages, each summed over the workload's messages:
   compress       codec.encode(array)
   serialize      fl.wire.encode_update(round, client_id, codec, length, weight, payload)
   deserialize    fl.wire.decode_update(message, round, length)
-  decompress     compression.get(codec)().decode(payload, length), as the server does it
+  decompress     compression.get(codec)().decode(payload, length) (decoding reads every parameter from the payload)
   total          the four together (median over repetitions of their sum)
 Bytes are len() of the serialized messages, summed. Codecs that ignore the ratio (dense ones) run once.
 `floor` rows are plain numpy with no checks, framing or choice of encoding: exact partition

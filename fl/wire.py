@@ -99,8 +99,10 @@ def encode_update(round: int, client_id: int, codec: str, length: int, weight: f
                                  weight=weight, payload=payload))
 
 
-def decode_update(data: bytes, round: int, length: int, max_payload: int | None = None) -> pb.ClientUpdate:
-    """`max_payload`: the largest payload the round's codec produces for `length` entries (its size bound)."""
+def decode_update(data: bytes, round: int, length: int, max_payload: int | None = None, codec: str | None = None,
+                  client_id: int | None = None) -> pb.ClientUpdate:
+    """`max_payload`: the largest payload the round's codec produces for `length` entries (its size bound);
+    `codec` and `client_id` (when given): the round's codec and the sender, which the message must name."""
     what = "client update"
     msg = _parse(pb.ClientUpdate, data, what, None if max_payload is None else _FRAME_BYTES + max_payload)
     # the server's hot path (every update of every round): the error texts are formatted only on failure
@@ -110,6 +112,10 @@ def decode_update(data: bytes, round: int, length: int, max_payload: int | None 
         raise WireError(f"{what}: update length {msg.length}, expected {length}")
     if not msg.codec:
         raise WireError(f"{what}: missing codec name (truncated?)")
+    if codec is not None and msg.codec != codec:
+        raise WireError(f"{what}: codec {msg.codec!r}, expected the round's {codec!r}")
+    if client_id is not None and msg.client_id != client_id:
+        raise WireError(f"{what}: from client {msg.client_id}, but sent by client {client_id}")
     if not (math.isfinite(msg.weight) and msg.weight > 0):
         raise WireError(f"{what}: weight {msg.weight} is not a positive number")
     if not msg.payload:

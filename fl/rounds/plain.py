@@ -49,22 +49,29 @@ def encode_updates(worker, trained: list[tuple[int, np.ndarray, int]], round: in
 # --- server half: run by the driver ---------------------------------------------------------------
 
 class PlainAggregator:
-    """Weighted FedAvg of decoded client updates, summed one message at a time."""
+    """Weighted FedAvg of decoded client updates, summed one message at a time. Each message must name the
+    round's codec and its sender, once: the server decodes with its own configured codec, so a payload
+    cannot pick another codec's (or another sketch's) decoder and cost."""
 
-    def __init__(self, round: int, length: int, max_payload: int | None = None):
-        self.round, self.length, self.max_payload = round, length, max_payload
+    def __init__(self, round: int, length: int, codec: compression.Codec, max_payload: int | None = None):
+        self.round, self.length, self.codec, self.max_payload = round, length, codec, max_payload
         self.total = np.zeros(length, np.float64)
         self.scratch = np.empty(length, np.float64)  # reused: no 8n-byte allocation per message
         self.weight = 0.0
         self.rejected = 0
+        self.senders: set[int] = set()
 
-    def add(self, message: bytes) -> None:
-        msg = wire.decode_update(message, self.round, self.length, self.max_payload)
+    def add(self, message: bytes, client_id: int) -> None:
+        if client_id in self.senders:
+            raise wire.WireError(f"client update: a second update from client {client_id} this round")
+        msg = wire.decode_update(message, self.round, self.length, self.max_payload, self.codec.name, client_id)
         try:
-            update = compression.get(msg.codec)().decode(msg.payload, self.length)
+            self.codec.check_sender(msg.payload, self.length)
+            update = self.codec.decode(msg.payload, self.length)
         except ValueError:  # includes compression.DecodeError: a non-finite or malformed payload is never summed
             self.rejected += 1
             raise
+        self.senders.add(client_id)
         np.multiply(update, np.float64(msg.weight), out=self.scratch)  # in float64: weight * float64(update)
         self.total += self.scratch
         self.weight += msg.weight
@@ -90,7 +97,8 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
     for w, clients in by_worker.items():
         ref, catchup = delivery.to(w)
         calls[w] = (ref, r, clients, catchup)
-    agg = PlainAggregator(r, length, _payload_bound(server.plan.client_codec, length))
+    codec = server.plan.client_codec
+    agg = PlainAggregator(r, length, codec, _payload_bound(codec, length))
     # a bound per message: dense is 4 bytes an entry, and top-k's bitmap near ratio 1 adds n/8
     for cid, msg in exchange(pool, client_round, calls, by_worker, tally.stats, 4.125 * length + 256, carried):
         if msg is WORKER_DIED:
@@ -101,7 +109,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
             continue
         tally.up_payload += len(msg)
         try:
-            tally.timed("t_aggregate", agg.add, msg)
+            tally.timed("t_aggregate", agg.add, msg, cid)
         except ValueError as err:
             tally.row["rejected"] += 1
             tqdm.write(f"round {r}: rejected update of client {cid}: {err}")

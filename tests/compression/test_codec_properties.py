@@ -142,6 +142,7 @@ def test_round_trip_size_and_accuracy(name, case, ratio):
     payload = codec.encode(x)
     assert isinstance(payload, bytes) and payload == codec.encode(x)  # deterministic by default
     decoded = compression.get(name)().decode(payload, x.size)  # the receiver knows only name and length
+    codec.check_sender(payload, x.size)  # a server configured as the sender accepts it
     assert decoded.dtype == np.float32 and decoded.shape == (x.size,) and np.isfinite(decoded).all()
     assert decoded.flags.writeable
     assert len(payload) == reference_size(name, codec, payload, vector32)

@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 from fixtures_workers import attached_workers
 
+import compression
 from fl import wire
 from fl.rounds import plain
 
@@ -10,16 +11,65 @@ from fl.rounds import plain
 def test_server_rejects_a_payload_with_nan_and_keeps_its_sum(tmp_path):
     from fl.rounds.plain import PlainAggregator
 
-    agg = PlainAggregator(0, 4)
+    agg = PlainAggregator(0, 4, compression.get("none")())
     good = np.array([1, 2, 3, 4], np.float32)
-    agg.add(wire.encode_update(0, 0, "none", 4, 2.0, good.tobytes()))
+    agg.add(wire.encode_update(0, 0, "none", 4, 2.0, good.tobytes()), 0)
     bad = np.array([1, np.nan, 0, 0], np.float32).tobytes()
     with pytest.raises(ValueError, match="NaN"):
-        agg.add(wire.encode_update(0, 1, "none", 4, 10.0, bad))
+        agg.add(wire.encode_update(0, 1, "none", 4, 10.0, bad), 1)
     with pytest.raises(wire.WireError):
-        agg.add(wire.encode_update(0, 2, "none", 4, 10.0, good.tobytes())[:-3])  # truncated
+        agg.add(wire.encode_update(0, 2, "none", 4, 10.0, good.tobytes())[:-3], 2)  # truncated
     assert agg.weight == 2.0 and agg.rejected == 1
     np.testing.assert_array_equal(agg.result(), good)  # only the good update, with its own weight
+
+
+def _aggregator(codec, length=1000):
+    from fl.rounds.plain import PlainAggregator, _payload_bound
+
+    return PlainAggregator(3, length, codec, _payload_bound(codec, length))
+
+
+def test_server_refuses_an_update_in_another_codec_than_the_rounds():
+    # a payload that fits the round's size bound but names another registered codec is not decoded with it
+    vector = np.random.default_rng(0).normal(size=1000).astype(np.float32)
+    agg = _aggregator(compression.get("topk")(0.1))
+    other = compression.get("countsketch")(0.01, rows=64).encode(vector)
+    assert len(other) <= agg.max_payload
+    with pytest.raises(wire.WireError, match="codec 'countsketch', expected the round's 'topk'"):
+        agg.add(wire.encode_update(3, 7, "countsketch", 1000, 1.0, other), 7)
+    assert agg.weight == 0.0 and agg.result() is None
+
+
+def test_server_refuses_a_count_sketch_of_other_rows_seed_or_k_before_building_its_hashes():
+    from compression import countsketch
+
+    vector = np.random.default_rng(1).normal(size=1000).astype(np.float32)
+    ours = compression.get("countsketch")(0.1)
+    agg = _aggregator(ours)
+    others = [compression.get("countsketch")(0.1, rows=64), compression.get("countsketch")(0.1, seed=5),
+              compression.get("countsketch")(0.1, cols_per_k=2.0), compression.get("countsketch")(0.05)]
+    for cid, other in enumerate(others):
+        payload = other.encode(vector)
+        countsketch._hashes.cache_clear()
+        with pytest.raises(compression.DecodeError, match="another sketch"):
+            agg.add(wire.encode_update(3, cid, "countsketch", 1000, 1.0, payload), cid)
+        assert countsketch._hashes.cache_info().currsize == 0  # refused from the header: no rows x n hashes built
+    assert agg.rejected == len(others) and agg.result() is None
+    agg.add(wire.encode_update(3, 9, "countsketch", 1000, 1.0, ours.encode(vector)), 9)
+    np.testing.assert_array_equal(agg.result(), ours.decode(ours.encode(vector), 1000))
+
+
+def test_server_sums_each_client_once_and_only_under_its_own_id():
+    vector = np.arange(8, dtype=np.float32)
+    agg = _aggregator(compression.get("none")(), 8)
+    message = wire.encode_update(3, 7, "none", 8, 1.0, vector.tobytes())
+    agg.add(message, 7)
+    with pytest.raises(wire.WireError, match="second update from client 7"):
+        agg.add(message, 7)  # a repeated message is not summed twice
+    with pytest.raises(wire.WireError, match="from client 7, but sent by client 8"):
+        agg.add(message, 8)  # nor one client's message under another's name
+    assert agg.weight == 1.0
+    np.testing.assert_array_equal(agg.result(), vector)
 
 
 def test_encoding_a_batch_of_trained_clients_sends_the_same_messages_and_residuals_as_one_at_a_time(monkeypatch):

@@ -26,6 +26,8 @@ from matplotlib.transforms import ScaledTranslation  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
+from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
+
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
            "secagg", "index_policy", "field_bits", "other"]
 # config keys that say where or how long a run ran, never what it computed (or that a column above shows)
@@ -35,6 +37,8 @@ CODEC = ("compression.", "secagg.")
 MASKING_ONLY = ("secagg.", "compression.index_policy", "compression.fresh_summary", "compression.block_size",
                 "compression.sketch_", "compression.prev_topk_random")  # inert without masking
 BASELINE = ["env", "dataset", "partition", "model"]
+# what a key meant in a config.json written before the key existed
+BEFORE_KEYS = {f"{group}.{key}": json.dumps(value) for (group, key), value in RESULTS_NEUTRAL.items()}
 UNRECORDED = "from before the code's commit was recorded"
 STAGES = ["t_train", "t_encode", "t_mask", "t_aggregate", "t_decode", "t_evaluate"]
 # shown where a line lost any (or had updates clipped)
@@ -51,11 +55,17 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     missing = [d for d in dirs if not Path(d).is_dir()]
     if missing:
         raise SystemExit(f"no such folder: {', '.join(missing)}")
-    frames, incomplete, configs = [], [], {}
+    frames, incomplete, configs, seen = [], [], {}, {}
     for d in dirs:
         for path in sorted(Path(d).rglob("rounds.csv")):
             if (path.parent / "done.json").exists():
                 frame = pd.read_csv(path)
+                run_id = frame["run_id"].iloc[0] if len(frame) else None
+                if run_id in seen:  # the same run copied into two folders: its rows count once
+                    print(f"report: run {run_id} is in {seen[run_id]} and {path.parent}; counted once",
+                          file=sys.stderr)
+                    continue
+                seen[run_id] = path.parent
                 if labels and d.rstrip("/") in labels:
                     frame["dataset"] = labels[d.rstrip("/")]
                 frames.append(_label_summary_bits(frame, path.parent / "config.json"))
@@ -92,16 +102,23 @@ def _settings(config: Path) -> dict[str, str]:
                 yield from flat(value, f"{prefix}{key}.")
             elif not f"{prefix}{key}".startswith(NEUTRAL):
                 yield f"{prefix}{key}", json.dumps(value)
-    return dict(flat(json.loads(config.read_text()))) if config.exists() else {}
+    if not config.exists():
+        return {}
+    settings = dict(flat(json.loads(config.read_text())))
+    if settings.get("compression.sketch_quant_bits") == settings.get("secagg.quant_bits"):
+        settings["compression.sketch_quant_bits"] = "null"  # the summary at the values' bits: the default
+    return settings
 
 
 def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[str, str]:
     """run_id -> the config keys (`key=value, ...`) in which it differs from runs the other columns would pool
     with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting); '' where
     none. A key found so is named on every run of the same data, model and length, so a setting run at one value
-    of it only (alone in its pool) still says which. Keys a run's config.json lacks (written before the key
-    existed) are not compared, and masking's keys not named for unmasked runs."""
+    of it only (alone in its pool) still says which. A key a run's config.json lacks (written before the key
+    existed) reads as the value runs had before it (fl.results.NEUTRAL); one without such a value, and any key of a
+    run without a config.json, is not compared. Masking's keys are not named for unmasked runs."""
     runs = _first_rows(rows).reset_index()
+    configs = {r: {**BEFORE_KEYS, **c} if c else c for r, c in configs.items()}  # no config.json: nothing known
     found: dict[str, set[str]] = {}
     for _, g in runs.groupby([c for c in SETTING if c != "other"] + ["length"], dropna=False):
         cfgs = [configs.get(r, {}) for r in g["run_id"]]
@@ -174,15 +191,17 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
             if len(reached) else np.nan
         evaluated = run["accuracy"].dropna()
-        out.update(final_accuracy=evaluated.iloc[-1], last_accuracy=evaluated.iloc[-LAST:].mean(),
+        # a run with no evaluated round (rows edited by hand: the simulator evaluates the last) has no accuracy
+        out.update(final_accuracy=evaluated.iloc[-1] if len(evaluated) else np.nan,
+                   last_accuracy=evaluated.iloc[-LAST:].mean(),
                    rounds_to_target=int(reached.iloc[0]) + 1 if len(reached) else np.nan,
                    upload_to_target=upload,
                    up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
-                   upload_total_per_client=run["bytes_up_per_client"].sum(),
+                   upload_total_per_client=run["bytes_up"].sum() / run["num_clients"].iloc[0],
                    round_trips=round_trips(run).mean(),
                    **{f"{c}_per_round": run[c].fillna(0).mean() if c in run else 0.0
                       for c in ("dropped", "rejected", "clipped")},
-                   aborted_rounds=run["aborted"].astype(bool).sum() if "aborted" in run else 0,
+                   aborted_rounds=run["aborted"].fillna(False).astype(bool).sum() if "aborted" in run else 0,
                    rounds=len(run), **{s: stage_seconds(run, s).mean() for s in STAGES + ["t_round"]})
         return pd.Series(out)
 
@@ -311,9 +330,9 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              + (LOST_NOTE if _has_lost(t) else "") + "Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
-             f"Rounds to target: first round with accuracy >= {target}, mean over the seeds that reached it (their "
+             f"Rounds to target: first round with accuracy >= {target}, mean over the runs that reached it (their "
              "count after the slash; blank = none did); upload to target: every client's upload until then, per "
-             "client of the population (cumulative bytes, mean over those seeds)."
+             "client of the population (cumulative bytes, mean over those runs)."
              + (LINK_NOTE if links else ""), ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
@@ -460,7 +479,8 @@ def _legend_below(ax) -> None:
 
 def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
     """One panel per data, partition and model (three to a row): each setting's final accuracy against its
-    cumulative upload, a point per ratio; runs of different lengths are separate lines."""
+    cumulative upload per client of the population (every client's bytes over the run / num_clients, as the
+    table's upload to target), a point per ratio; runs of different lengths are separate lines."""
     panels = list(runs.groupby(["dataset", "partition", "model"]))
     fig, axes = _panels(len(panels), max(len(set(zip(setting_names(g, ratio=False), g["rounds"])))
                                          for _, g in panels))
@@ -474,7 +494,7 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
                     label=f"{name} ({rounds} rounds)" if several else name)
         ax.set_xscale("log")
         ax.set_title(f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset} ({partition})", fontsize=9)
-        ax.set_xlabel("cumulative upload per client (bytes)")
+        ax.set_xlabel("cumulative upload per client of the population (bytes)")
         ax.grid(alpha=0.3)
         _legend_below(ax)
     for ax in axes[:, 0]:

@@ -404,3 +404,44 @@ def test_a_link_that_is_not_three_positive_numbers_is_refused_naming_the_format(
     with pytest.raises(SystemExit):
         report.main(["results", "--link", text])
     assert "expected UP,DOWN,RTT (Mbit/s, Mbit/s, ms), all > 0" in capsys.readouterr().err
+
+
+def test_a_run_copied_into_two_folders_counts_once_not_as_one_run_of_twice_its_rounds(tmp_path, capsys):
+    """Rows were keyed by run_id alone: a run in both folders became one run of 4 rounds, a line of its own."""
+    for folder in ("runs", "block_runs"):
+        _write_run(tmp_path / folder, "a", _rows("a", 0, 20, 0.7), _config())
+    rows, _ = report.load([str(tmp_path / "runs"), str(tmp_path / "block_runs")])
+    assert len(rows) == 2
+    t = report.table(report.per_run(rows, 0.6))
+    assert len(t) == 1 and (t["seeds"].iloc[0], t["runs"].iloc[0], t["rounds"].iloc[0]) == (1, 1, 2)
+    assert "counted once" in capsys.readouterr().err
+
+
+def test_a_key_an_older_config_lacks_reads_as_its_value_before_it_existed_and_splits_the_setting(tmp_path):
+    """A bounded run pooled as a seed of unbounded runs written before fl.max_update_norm existed."""
+    _write_run(tmp_path, "a", _rows("a", 0, 20, 0.7), _config())
+    bounded = _config()
+    bounded["fl"]["max_update_norm"] = 10.0
+    _write_run(tmp_path, "b", [dict(r, run_id="b", seed=1) for r in _rows("b", 1, 20, 0.1)], {**bounded, "seed": 1})
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6)).set_index("other")
+    assert sorted(t.index) == ["fl.max_update_norm=10.0", "fl.max_update_norm=null"]
+    assert (t["seeds"] == 1).all() and t.loc["fl.max_update_norm=10.0", "accuracy"] == pytest.approx(0.1)
+
+
+def test_cumulative_upload_is_per_client_of_the_population_as_the_upload_to_target():
+    """The bytes plot summed bytes per cohort client over every round: 10x a client's upload at 10 of 100 a round."""
+    rows = pd.DataFrame(_rows("a", 0, 20, 0.7))  # 20,000 bytes a round from the cohort, 100 clients
+    run = report.per_run(rows, 0.0).iloc[0]
+    assert run["upload_total_per_client"] == pytest.approx(2 * 20000 / 100)
+    assert run["upload_to_target"] == pytest.approx(20000 / 100)  # reached at round 0
+
+
+def test_rows_without_an_aborted_column_aborted_nothing_and_a_run_never_evaluated_does_not_stop_the_report():
+    old = pd.DataFrame(_rows("old", 0, 20, 0.7))
+    new = pd.DataFrame(_rows("new", 1, 20, 0.7)).assign(run_id="new", aborted=[False, True])
+    runs = report.per_run(pd.concat([old, new], ignore_index=True), 0.6).set_index("seed")
+    assert (runs.loc[0, "aborted_rounds"], runs.loc[1, "aborted_rounds"]) == (0, 1)
+    blank = pd.DataFrame(_rows("blank", 2, 20, 0.7)).assign(run_id="blank", accuracy=np.nan)
+    run = report.per_run(blank, 0.6).iloc[0]
+    assert np.isnan(run["final_accuracy"]) and np.isnan(run["rounds_to_target"])

@@ -7,6 +7,7 @@ import numpy as np
 import compression
 from compression.countsketch import SketchAccumulator
 from fl import wire
+from fl.errors import Diverged
 
 
 class Broadcaster:
@@ -52,14 +53,16 @@ class ServerStep:
         self.buffer = np.zeros(length, np.float32) if momentum else None
 
     def __call__(self, weights: np.ndarray, update: np.ndarray, positions: np.ndarray | None = None) -> None:
-        """Apply `update` (at `positions`; None: the whole vector) to `weights` in place."""
+        """Apply `update` (at `positions`; None: the whole vector) to `weights` in place. An overflow is left to
+        the server's check that the model stayed finite (Server._check_finite)."""
         at = slice(None) if positions is None else positions
-        if self.buffer is None:
-            weights[at] += update if self.lr == 1.0 else np.float32(self.lr) * update
-            return
-        self.buffer *= np.float32(self.momentum)
-        self.buffer[at] += update
-        weights += np.float32(self.lr) * self.buffer
+        with np.errstate(over="ignore"):
+            if self.buffer is None:
+                weights[at] += update if self.lr == 1.0 else np.float32(self.lr) * update
+                return
+            self.buffer *= np.float32(self.momentum)
+            self.buffer[at] += update
+            weights += np.float32(self.lr) * self.buffer
 
 
 class Delivery:
@@ -133,6 +136,12 @@ class Server:
         """A plain round's mean update (None: nothing arrived)."""
         if update is not None:
             self.step(self.weights, update)
+            self._check_finite()
+
+    def _check_finite(self) -> None:
+        if not np.isfinite(self.weights).all():
+            raise Diverged(f"the global model has {int(np.count_nonzero(~np.isfinite(self.weights)))} entries beyond "
+                           f"float32's range after this round's update: the run diverged")
 
     def apply_masked(self, r: int, values: np.ndarray, weight: float, cells: np.ndarray | None) -> None:
         """A masked round's mean values at the index set, or (linear codec) its mean table: the server's
@@ -141,11 +150,12 @@ class Server:
             self.accumulator.add(cells.reshape(self.accumulator.table.shape) / weight)
             positions, values = self.accumulator.extract()
             self.step(self.weights, values, positions)
-            return
+            return self._check_finite()
         if self.plan.linear is not None:
             self.step(self.weights, self.plan.linear.from_table(cells / weight, self.plan.length))
-            return
+            return self._check_finite()
         self.step(self.weights, values, self.positions)
+        self._check_finite()
         sketch = self.policy.sketch(r)
         self.policy.observe(r, self.positions, values, None if cells is None else cells.reshape(sketch.rows, sketch.cols))
 

@@ -104,3 +104,16 @@ def test_the_default_server_step_adds_the_mean_update_as_is_and_bad_settings_are
                 "fl.server_momentum=-0.5"):
         with pytest.raises(ConfigError, match="server_lr.*server_momentum"):
             validate(fl.compose([bad]))
+
+
+def test_finite_updates_that_carry_the_model_past_float32_end_the_run_naming_it_not_a_later_broadcast():
+    """Two finite rounds of 3e38 took the weights to Inf and the next broadcast failed as 'vector contains NaN'."""
+    from fl.errors import Diverged
+
+    server = _server("secagg=none", "compression=none")
+    update = np.zeros(server.plan.length, np.float32)
+    update[:3] = 3e38
+    server.apply(update)
+    assert np.isfinite(server.weights).all()
+    with pytest.raises(Diverged, match="3 entries beyond float32's range"):
+        server.apply(update)

@@ -196,11 +196,28 @@ def _run_id_of(path: Path) -> str | None:
     return run_id if run_id.isalnum() else None
 
 
+def _held(lock: Path) -> bool:
+    """Whether a process holds this run folder's lock now."""
+    try:
+        fd = os.open(lock, os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 def rehash(root: str | Path) -> list[tuple[str, str]]:
     """Rename each run folder under `root` to the current hash of its config.json, so that a sweep finds (and
     skips) the runs it already finished after the hash's rules moved (a key that computes nothing dropped, a
-    new key's neutral value). Rows keep their values; their `config_hash` column is updated. A folder whose
-    new name is taken is left where it is and reported, never merged or overwritten. Returns (old, new) renames.
+    new key's neutral value). Rows keep their values; their `config_hash` column is updated, each file replaced
+    whole (a crash leaves the old or the new one). A folder whose new name is taken, or whose run is still
+    running (its lock held), is left where it is and reported, never merged or overwritten. Returns (old, new)
+    renames.
     """
     renamed = []
     for config in sorted(Path(root).glob("*/config.json")):
@@ -212,9 +229,13 @@ def rehash(root: str | Path) -> list[tuple[str, str]]:
         if new_dir.exists():
             print(f"fedsqueeze: {old_dir} repeats the run in {new_dir}; left as it is")
             continue
+        if _held(old_dir / LOCK_NAME):
+            print(f"fedsqueeze: {old_dir} is being run; left as it is (rename it once the run has ended)")
+            continue
         for rows in old_dir.glob("rounds*.csv"):
-            text = rows.read_text()
-            rows.write_text(text.replace(f",{old_dir.name},", f",{new},"))
+            part = rows.with_name(rows.name + ".rehash")
+            part.write_text(rows.read_text().replace(f",{old_dir.name},", f",{new},"))
+            os.replace(part, rows)
         old_dir.rename(new_dir)
         renamed.append((old_dir.name, new))
     return renamed

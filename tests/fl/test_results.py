@@ -72,3 +72,30 @@ def test_rehash_renames_a_run_kept_under_an_older_hash_so_a_rerun_finds_it_and_r
     again = fl.run(fl.compose(overrides))
     assert "holds a finished run" in capsys.readouterr().out
     assert (again["config_hash"] == new).all() and again["accuracy"].tolist() == rows["accuracy"].tolist()
+
+
+def test_rehash_leaves_a_folder_whose_run_holds_its_lock_and_replaces_rows_whole(tmp_path, capsys):
+    """A run still writing into a folder renamed under it would lose its done.json, and a crash while the rows
+    were rewritten in place truncated them."""
+    import json
+
+    from fl.results import LOCK_NAME, RunLog, rehash
+
+    cfg = as_dict(validate(fl.compose(["secagg=none", "model=mlp_small"])))
+    new = config_hash(cfg)
+    for name, seed in (("0123456789ab", 0), ("ba9876543210", 1)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "config.json").write_text(json.dumps({**cfg, "seed": seed}))
+        (folder / "rounds.csv").write_text(f"run_id,config_hash,round\nr{name},{name},0\n")
+    running = RunLog(tmp_path, "ba9876543210", "live")
+    running.claim()
+    try:
+        assert (tmp_path / "ba9876543210" / LOCK_NAME).exists()
+        assert rehash(tmp_path) == [("0123456789ab", new)]
+        assert "ba9876543210 is being run" in capsys.readouterr().out
+        assert (tmp_path / "ba9876543210" / "rounds.csv").read_text().endswith(",ba9876543210,0\n")
+    finally:
+        running.release()
+    assert (tmp_path / new / "rounds.csv").read_text() == f"run_id,config_hash,round\nr0123456789ab,{new},0\n"
+    assert sorted(p.name for p in (tmp_path / new).iterdir()) == ["config.json", "rounds.csv"]  # no temp left

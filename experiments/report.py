@@ -66,8 +66,8 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                           file=sys.stderr)
                     continue
                 seen[run_id] = path.parent
-                if labels and d.rstrip("/") in labels:
-                    frame["dataset"] = labels[d.rstrip("/")]
+                if labels and _folder(d) in labels:
+                    frame["dataset"] = labels[_folder(d)]
                 frames.append(_label_summary_bits(frame, path.parent / "config.json"))
                 configs[frame["run_id"].iloc[0]] = _settings(path.parent / "config.json")
             else:
@@ -92,6 +92,11 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     rows["base"] = rows["run_id"].map({r: json.dumps({k: v for k, v in c.items() if not k.startswith(CODEC)},
                                                      sort_keys=True) for r, c in configs.items()})
     return rows, incomplete
+
+
+def _folder(d: str) -> str:
+    """A folder as given on the command line, however spelt (`./x/`, `x`): what --label matches."""
+    return str(Path(d).resolve())
 
 
 def _settings(config: Path) -> dict[str, str]:
@@ -567,7 +572,10 @@ def main(argv=None) -> pd.DataFrame:
                          "(repeatable)")
     args = ap.parse_args(argv)
     labels = dict(item.split("=", 1) for item in args.label)
-    rows, incomplete = load(args.dirs, {k.rstrip("/"): v for k, v in labels.items()})
+    unknown = sorted(k for k in labels if _folder(k) not in {_folder(d) for d in args.dirs})
+    if unknown:
+        raise SystemExit(f"--label names a folder not reported: {', '.join(unknown)} (folders: {', '.join(args.dirs)})")
+    rows, incomplete = load(args.dirs, {_folder(k): v for k, v in labels.items()})
     runs = per_run(rows, args.target)
     t = table(runs)
     for link in args.link:

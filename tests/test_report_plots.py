@@ -445,3 +445,13 @@ def test_rows_without_an_aborted_column_aborted_nothing_and_a_run_never_evaluate
     blank = pd.DataFrame(_rows("blank", 2, 20, 0.7)).assign(run_id="blank", accuracy=np.nan)
     run = report.per_run(blank, 0.6).iloc[0]
     assert np.isnan(run["final_accuracy"]) and np.isnan(run["rounds_to_target"])
+
+
+def test_a_label_names_its_folder_however_spelt_and_one_for_a_folder_not_reported_is_refused(tmp_path, monkeypatch):
+    """`--label ./runs=x` was matched against `runs` as typed, and silently not applied."""
+    _write_run(tmp_path / "runs", "a", _rows("a", 0, 20, 0.7), _config())
+    monkeypatch.chdir(tmp_path)
+    report.main(["runs/", "--label", "./runs=fashion_mnist_seed3", "--out", "out"])
+    assert "fashion_mnist_seed3" in (tmp_path / "out" / "topk_table.md").read_text()
+    with pytest.raises(SystemExit, match="--label names a folder not reported: other"):
+        report.main(["runs", "--label", "other=x", "--out", "out"])

@@ -44,7 +44,10 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
         raise ConfigError(str(err)) from None
     groups += [f"{key}={other_config.pop(key)}" for key in ("dataset", "model")
                if isinstance(other_config.get(key), str)]  # a config group chosen by name, e.g. model='mlp_small'
-    cfg = compose(groups)
+    try:
+        cfg = compose(groups)
+    except Exception as err:  # an unknown model or dataset name: Hydra's message lists the options
+        raise ConfigError(" ".join(str(err).split()).split(" Config search path")[0]) from None
     values = {"compression.server": server_with_compression, "compression.client": client_with_compression,
               "compression.ratio": compress_ratio}
     for key, value in _dotted(other_config):

@@ -161,13 +161,17 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"compression.ratio must be in (0, 1], got {r}")
     if c.backend not in ("ray", "inline"):
         raise ConfigError(f"backend must be 'ray' or 'inline', got {c.backend!r}")
+    if not 0 <= c.seed < 2**32:  # numpy's and torch's seeds
+        raise ConfigError(f"seed must be in [0, 2**32), got {c.seed}")
+    if not 0 < c.dataset.test_fraction < 1:
+        raise ConfigError(f"dataset.test_fraction must be in (0, 1), got {c.dataset.test_fraction}")
     if c.dataset.name not in DATASETS:
         raise ConfigError(f"unknown dataset {c.dataset.name!r}; available: {', '.join(DATASETS)}")
     if c.dataset.partition not in PARTITIONS:
         raise ConfigError(
             f"dataset.partition must be one of {', '.join(PARTITIONS)}; got {c.dataset.partition!r}")
-    if c.dataset.partition == "dirichlet" and not c.dataset.alpha > 0:
-        raise ConfigError(f"dataset.alpha must be > 0, got {c.dataset.alpha}")
+    if c.dataset.partition == "dirichlet" and not 0 < c.dataset.alpha < math.inf:
+        raise ConfigError(f"dataset.alpha must be > 0 and finite, got {c.dataset.alpha}")
     if c.dataset.partition == "shards" and c.dataset.shards_per_client < 1:
         raise ConfigError(f"dataset.shards_per_client must be >= 1, got {c.dataset.shards_per_client}")
     if c.dataset.partition == "labels":
@@ -183,6 +187,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         check_files(c.dataset.name, c.dataset.root, c.dataset.system_dirs)
     if c.model.name not in MODELS:
         raise ConfigError(f"unknown model {c.model.name!r}; available: {', '.join(MODELS)}")
+    if any(w < 1 for w in c.model.hidden) or any(w < 1 for w in c.model.channels):
+        raise ConfigError(f"model.hidden and model.channels widths must be >= 1, got {list(c.model.hidden)} and "
+                          f"{list(c.model.channels)}")
+    if not c.model.name.startswith("mlp") and not c.model.channels:
+        raise ConfigError(f"model {c.model.name!r} needs model.channels (its convolution stage widths), got []")
     if c.model.padding not in ("same", "valid"):
         raise ConfigError(f"model.padding must be 'same' or 'valid', got {c.model.padding!r}")
     if c.model.norm not in ("group", "batch"):
@@ -207,10 +216,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     for key in ("rounds", "local_epochs", "batch_size", "eval_every"):
         if getattr(f, key) < 1:
             raise ConfigError(f"fl.{key} must be >= 1, got {getattr(f, key)}")
-    if not f.lr > 0:
-        raise ConfigError(f"fl.lr must be > 0, got {f.lr}")
-    if not 0 <= f.momentum < 1 or not f.weight_decay >= 0:
-        raise ConfigError(f"need 0 <= fl.momentum < 1 and fl.weight_decay >= 0, got {f.momentum} and {f.weight_decay}")
+    if not 0 < f.lr < math.inf:
+        raise ConfigError(f"fl.lr must be > 0 and finite, got {f.lr}")
+    if not 0 <= f.momentum < 1 or not 0 <= f.weight_decay < math.inf:
+        raise ConfigError(f"need 0 <= fl.momentum < 1 and 0 <= fl.weight_decay (finite), got {f.momentum} and "
+                          f"{f.weight_decay}")
     if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
         raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
                           f"{f.server_momentum}")
@@ -235,8 +245,12 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             "(countsketch), or compression.client=false")
     if c.compression.residual_dtype not in ("float32", "float16"):
         raise ConfigError(f"compression.residual_dtype must be float32 or float16, got {c.compression.residual_dtype!r}")
-    if c.compression.sketch_rows < 1 or not c.compression.sketch_cols_per_k > 0:
-        raise ConfigError("compression.sketch_rows must be >= 1 and sketch_cols_per_k > 0")
+    if c.compression.sketch_rows < 1 or not 0 < c.compression.sketch_cols_per_k < math.inf:
+        raise ConfigError(f"compression.sketch_rows must be >= 1 and sketch_cols_per_k > 0 and finite, got "
+                          f"{c.compression.sketch_rows} and {c.compression.sketch_cols_per_k}")
+    if not 0 <= c.compression.prev_topk_random <= 1:
+        raise ConfigError(f"compression.prev_topk_random (a share of k) must be in [0, 1], got "
+                          f"{c.compression.prev_topk_random}")
     if c.compression.fresh_summary not in SUMMARIES or c.compression.block_size < 1:
         raise ConfigError(f"compression.fresh_summary must be one of {', '.join(SUMMARIES)} and block_size >= 1, got "
                           f"{c.compression.fresh_summary!r} and {c.compression.block_size}")
@@ -247,8 +261,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         if f.clients_per_round < 2:
             raise ConfigError("secure aggregation needs fl.clients_per_round >= 2 (one client's sum is its input)")
         for key in ("clip", "sketch_clip", "max_weight"):
-            if not getattr(c.secagg, key) > 0:
-                raise ConfigError(f"secagg.{key} must be > 0")
+            if not 0 < getattr(c.secagg, key) < math.inf:
+                raise ConfigError(f"secagg.{key} must be > 0 and finite, got {getattr(c.secagg, key)}")
         try:  # the field sum of clients_per_round inputs must not wrap: checked here, not mid-run
             secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round, field_bits(c), c.secagg.quant_bits)
         except ValueError as err:

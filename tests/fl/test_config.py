@@ -79,6 +79,23 @@ def test_run_server_refuses_unknown_keyword():
     ("dataset.partition=labels fl.num_clients=5 fl.clients_per_round=5", "at least 10 clients"),
     ("compression.index_policy=best", "index_policy"),
     ("secagg.clip=0", "clip"),
+    # values that passed validation and failed later: in the workers, after the data loaded, or mid-run
+    ("dataset.test_fraction=nan", r"test_fraction must be in \(0, 1\), got nan"),
+    ("dataset.test_fraction=1.5", "test_fraction"),
+    ("seed=-1", r"seed must be in \[0, 2\*\*32\)"),
+    ("seed=4294967296", "seed"),
+    ("fl.lr=inf", "fl.lr must be > 0 and finite"),
+    ("fl.weight_decay=inf", "weight_decay"),
+    ("secagg.max_weight=inf", "secagg.max_weight must be > 0 and finite, got inf"),
+    ("secagg.sketch_clip=inf", "sketch_clip"),
+    ("compression.prev_topk_random=nan", r"prev_topk_random \(a share of k\) must be in \[0, 1\]"),
+    ("compression.prev_topk_random=2", "prev_topk_random"),
+    ("compression.sketch_cols_per_k=inf", "sketch_cols_per_k"),
+    ("dataset.partition=dirichlet dataset.alpha=inf", "alpha must be > 0 and finite"),
+    ("model.hidden=[-5]", r"widths must be >= 1, got \[-5\]"),
+    ("model.hidden=[0]", "widths must be >= 1"),
+    ("model=lenet model.channels=[0,16]", "widths must be >= 1"),
+    ("model=lenet model.channels=[]", r"model 'lenet' needs model.channels"),
     # the protocol calls them degree and threshold t; the refusal names the keys the user set
     ("secagg=secaggplus secagg.neighbours=1", r"secagg.neighbours=1, secagg.threshold=null with 10 clients a round: "
                                               r"degree must be an even integer in \[2, 9\]"),
@@ -87,6 +104,12 @@ def test_run_server_refuses_unknown_keyword():
 def test_inconsistent_values_are_refused(override, match):
     with pytest.raises(ConfigError, match=match):
         validate(fl.compose(override.split()))
+
+
+@pytest.mark.parametrize("group", ["model", "dataset"])
+def test_the_older_api_refuses_an_unknown_model_or_dataset_with_a_config_error_listing_the_options(group):
+    with pytest.raises(ConfigError, match=f"Could not find '{group}/bogus' Available options in '{group}': "):
+        fl.build_config(**{group: "bogus"})
 
 
 def test_fixed_point_overflow_is_checked_at_config_time():

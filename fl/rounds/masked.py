@@ -24,15 +24,18 @@ FRESH_STEPS = ("advertise", "share_keys", "masked_sketch", "unmask_sketch", "mas
 # --- client half: run by a worker for its clients -----------------------------------------------
 
 def advertise(worker, round: int, sessions: list[bytes], cohort: list[int], clients: list[int],
-              lengths: list[int], aborted_rounds: list[int], key_roots: list[bytes], t: dict):
+              lengths: list[int], aborted_rounds: list[int], unsummed: dict[int, list[int]], key_roots: list[bytes],
+              t: dict):
     """Step 1: two fresh key pairs per client and masked exchange (one exchange, or two under `fresh`: the
     exchanges are separate protocol instances, so one's dropouts never reveal the other's masks). Residuals
-    staged by this worker's last masked round are kept only if that round was applied (an aborted round sent
-    nothing the model used); that round may be any earlier one, as a worker with no client in a round is not
-    called."""
+    staged by this worker's last masked round are kept only if that round was applied and the client's values
+    were in its sum (`unsummed`: per applied round, the clients whose masked values the server refused); that
+    round may be any earlier one, as a worker with no client in a round is not called."""
     if worker.staged_round not in aborted_rounds:
+        refused = set(unsummed.get(worker.staged_round, ()))
         for cid, residual in worker.staged.items():
-            keep_residual(worker, cid, residual)
+            if cid not in refused:
+                keep_residual(worker, cid, residual)
     worker.staged, worker.held = {}, {}
     t0 = time.perf_counter()
     protocol = secagg.get(worker.plan.secagg)
@@ -283,12 +286,15 @@ class _Steps:
         self.alive = set(cohort)
         self.drops = dict.fromkeys(names, 0)
         self.started: dict[str, float] = {}
+        self.step = ""
+        self.rejected: dict[str, set[int]] = {}  # step -> clients whose message the server refused there
 
     def run(self, step, name: str, args_for, message_bytes: float = 0.0, carried=None):
         """Inject this step's dropouts, call the workers of the clients still alive, and yield their messages
         in client-id order as they arrive; a client whose message does not come is lost. `carried`: the
         previous round's evaluation, run by the workers after this step."""
         self.started[name] = time.perf_counter()
+        self.step = name
         if name != "advertise" and self.dropout > 0:
             gone = {c for c in sorted(self.alive) if self.rng.random() < self.dropout}
             self.drops[name] += len(gone)
@@ -335,6 +341,7 @@ class _Steps:
     def reject(self, cid: int) -> None:
         self.tally.row["rejected"] += 1
         self.alive.discard(cid)
+        self.rejected.setdefault(self.step, set()).add(cid)
 
     def finish(self, row: dict, late_ignored: int) -> None:
         names = list(self.started) + ["end"]
@@ -370,7 +377,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
     try:
         for cid, msgs in steps.run(advertise, "advertise",
                                    lambda w, cs: (r, sessions, cohort, cs, [a.length for a in aggs],
-                                                  server.aborted_rounds, key_roots)):
+                                                  server.aborted_rounds, server.unsummed, key_roots)):
             tally.up_protocol += steps.take_each([a.add_keys for a in aggs], cid, msgs)
         rosters = tuple(a.roster() for a in aggs)
         tally.down += sum(map(len, rosters)) * len(steps.alive)
@@ -407,7 +414,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
                                       wire.masked_bytes(second.length, second.layout.bits) + 256):
                 tally.up_payload += len(msg)
                 steps.take(second.add, cid, msg)
-            _unmask(steps, tally, second, 1, "unmask")
+            _unmask(steps, tally, second, 1, "unmask", same_as=survivors)
             values, weight, cells = tally.timed("t_unmask", second.result)
         else:  # the table's share of the masked payload
             tally.up_sketch = wire.masked_bytes(first.layout.cells, first.layout.bits) * len(survivors)
@@ -418,6 +425,8 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
     else:
         t0 = time.perf_counter()
         server.apply_masked(r, values, weight, cells)
+        if steps.rejected.get("masked_input"):  # they staged residuals for values the sum does not hold
+            server.unsummed[r] = sorted(steps.rejected["masked_input"])
         tally.stats["t_decode"] += time.perf_counter() - t0
         applied = True
     steps.finish(tally.row, sum(a.state.late_ignored for a in aggs))
@@ -435,9 +444,17 @@ def _aggregator(plan, chash: str, r: int, cohort: list[int], run_id: str, name: 
     return MaskedAggregator(plan, session, cohort, layout)
 
 
-def _unmask(steps, tally: Tally, agg: MaskedAggregator, exchange: int, name: str) -> tuple[int, ...]:
-    """An exchange's unmask step: the request to its survivors, their shares back; returns the survivors."""
+def _unmask(steps, tally: Tally, agg: MaskedAggregator, exchange: int, name: str,
+            same_as: tuple[int, ...] | None = None) -> tuple[int, ...]:
+    """An exchange's unmask step: the request to its survivors, their shares back; returns the survivors.
+    `same_as`: the first exchange's survivors under `fresh`. A client summed there but missing here aborts the
+    round before anything is unmasked: the difference of the two sums would be that client's (its FedAvg weight,
+    and under a summary linear in the update, `exact` or `sketch`, its values at the index set)."""
     request, survivors = agg.unmask_request()
+    if same_as is not None and set(survivors) != set(same_as):
+        missing = sorted(set(same_as) - set(survivors))
+        raise secagg.RoundAborted(f"clients {missing} of the first exchange's sum are missing from the second: "
+                                  "unmasking it would reveal their share of the difference")
     tally.down += len(request) * len(survivors)
     steps.alive &= set(survivors)
     for cid, msg in steps.run(unmask, name, lambda w, cs: (request, cs, exchange) if cs else None):

@@ -8,10 +8,11 @@ from fl import wire
 from fl.rounds import masked
 
 
-def _advertise(worker, round, aborted):
+def _advertise(worker, round, aborted, unsummed=None):
     cohort = [0, 2]
     session = secagg.session_id("test", round, cohort)
-    out, _ = worker.run(masked.advertise, round, [session], cohort, cohort, [10], aborted, [bytes(32)])
+    out, _ = worker.run(masked.advertise, round, [session], cohort, cohort, [10], aborted, unsummed or {},
+                        [bytes(32)])
     return out
 
 
@@ -32,3 +33,16 @@ def test_an_aborted_rounds_staged_residuals_are_dropped_and_an_applied_rounds_ar
     for cid in (0, 2):
         np.testing.assert_array_equal(worker.residuals[cid], staged)
     assert worker.staged == {} and [set(p) for p in worker.pending] == [{0, 2}]
+
+
+def test_the_residual_of_a_client_whose_values_the_server_refused_is_dropped_in_an_applied_round():
+    """Workers learned only of whole aborted rounds: a client whose masked input was refused kept a residual for
+    values the model never received."""
+    _, plan, (worker,) = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1",
+                                           "fl.num_clients=4", "fl.clients_per_round=2"])
+    old, staged = np.full(plan.length, 0.5, np.float32), np.full(plan.length, 2.0, np.float32)
+    worker.residuals = {0: old.copy()}
+    worker.staged, worker.staged_round = {0: staged.copy(), 2: staged.copy()}, 5
+    _advertise(worker, 6, aborted=[1], unsummed={5: [0], 4: [2]})  # round 5 applied without client 0's values
+    np.testing.assert_array_equal(worker.residuals[0], old)
+    np.testing.assert_array_equal(worker.residuals[2], staged)

@@ -207,14 +207,27 @@ def test_a_malformed_message_rejects_its_client_and_the_round_goes_on_with_the_e
             return out[:-1] + bytes([out[-1] ^ 1])
         return out
 
+    from fl.rounds import masked as masked_round
+
+    keep, kept = masked_round.keep_residual, []
+
+    def spy_keep(worker, cid, residual):
+        kept.append((worker.staged_round, cid))
+        return keep(worker, cid, residual)
+
     monkeypatch.setattr(fl_wire, "encode_advertise", bad_advertise)
     monkeypatch.setattr(fl_wire, "encode_masked", bad_masked)
+    monkeypatch.setattr(masked_round, "keep_residual", spy_keep)
     spy = Spy(monkeypatch)
     rows = _masked_run(tmp_path, "fl.rounds=4", "compression.index_policy=sketch")  # one masked exchange a round
     cohorts = [fl.seeds.cohort(0, r, 12, 8) for r in range(4)]
     assert rows["rejected"].tolist() == [1 + (4 in c) for c in cohorts] and not rows["aborted"].any()
     survivors = spy.check_exact(without=(4,))
     assert [len(s) for s in survivors] == [7 - (4 in c) for c in cohorts]
+    # a refused client's residual (its update less values the sum never held) is not kept; the others' are
+    victims = list(first.values())
+    assert kept and all(cid != victims[r] for r, cid in kept)
+    assert {(r, c) for r in range(3) for c in cohorts[r] if c not in (4, victims[r])} <= set(kept)
 
 
 def test_a_finite_update_too_large_to_quantize_is_refused_by_its_client_and_the_run_goes_on(tmp_path, monkeypatch):
@@ -309,11 +322,16 @@ def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heav
         return out
 
     monkeypatch.setattr(IndexPolicy, "choose", spy_choose)
-    rows = _masked_run(tmp_path, "secagg.dropout=0.08", "fl.rounds=6", "compression.index_policy=fresh",
+    rows = _masked_run(tmp_path, "secagg.dropout=0.04", "fl.rounds=8", "compression.index_policy=fresh",
                        f"compression.fresh_summary={summary}", "compression.block_size=16")
     assert rows["index_policy"].iloc[0] == ("fresh(blocks of 16)" if summary == "blocks" else f"fresh({summary})")
     assert rows["dropped"].sum() > 0 and len(spy.applied) == (~rows["aborted"]).sum() >= 3
     assert {c for c in rows.columns if c.startswith("dropped_") and rows[c].sum() > 0} >= {"dropped_masked_sketch"}
+    # a client summed in the first exchange and gone from the second aborts the round (the difference of the two
+    # sums would be its own); drops before the first sum or after the second's inputs do not
+    between = rows["dropped_unmask_sketch"] + rows["dropped_masked_input"]
+    assert (rows["aborted"] == (between > 0)).all() and between.sum() > 0
+    assert (rows.loc[~rows["aborted"], "dropped"] > 0).any()
     assert all(len(s) >= 5 for s in spy.check_exact())
     applied_sets = [positions for _, _, positions, _, _ in spy.applied]
     assert all(any(np.array_equal(p, c) for c in chosen) for p in applied_sets)

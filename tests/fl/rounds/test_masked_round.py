@@ -180,10 +180,11 @@ def _masked_run(tmp_path, *overrides):
 
 
 def test_the_update_a_masked_run_applies_is_the_plain_weighted_mean_of_its_survivors(tmp_path, monkeypatch):
-    """End to end, with partial participation and dropouts at every step: each applied update is exactly the
-    dequantized plain (unmasked) field sum of the survivors' vectors, applied at the round's index set."""
+    """End to end, with partial participation and dropouts at every step of a one-exchange round (`fresh`'s two
+    exchanges: below): each applied update is exactly the dequantized plain (unmasked) field sum of the survivors'
+    vectors, applied at the round's index set."""
     spy = Spy(monkeypatch)
-    rows = _masked_run(tmp_path, "secagg.dropout=0.1", "fl.rounds=5")
+    rows = _masked_run(tmp_path, "secagg.dropout=0.1", "fl.rounds=5", "compression.index_policy=sketch")
     assert rows["dropped"].sum() > 0 and len(spy.applied) == (~rows["aborted"]).sum() >= 3
     assert all(len(survivors) >= 5 for survivors in spy.check_exact())
 

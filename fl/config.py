@@ -203,6 +203,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             check_device(c.device)
         except ValueError as err:
             raise ConfigError(str(err)) from None
+    if c.ray.num_workers is not None and c.ray.num_workers < 1:
+        raise ConfigError(f"ray.num_workers must be >= 1 or null (one per CPU core), got {c.ray.num_workers}")
+    if not 0 < c.ray.num_cpus_per_worker < math.inf or not 0 <= c.ray.num_gpus_per_worker < math.inf:
+        raise ConfigError(f"need 0 < ray.num_cpus_per_worker and 0 <= ray.num_gpus_per_worker, both finite, got "
+                          f"{c.ray.num_cpus_per_worker} and {c.ray.num_gpus_per_worker}")
     if c.device.startswith("cuda") and c.backend == "ray" and not c.ray.num_gpus_per_worker > 0:
         raise ConfigError("device=cuda with backend=ray needs ray.num_gpus_per_worker > 0 (e.g. 0.25: four workers "
                           "share one GPU); Ray hides the GPUs from actors that reserve none")

@@ -96,6 +96,10 @@ def test_run_server_refuses_unknown_keyword():
     ("model.hidden=[0]", "widths must be >= 1"),
     ("model=lenet model.channels=[0,16]", "widths must be >= 1"),
     ("model=lenet model.channels=[]", r"model 'lenet' needs model.channels"),
+    ("ray.num_workers=-1", r"ray.num_workers must be >= 1 or null"),
+    ("ray.num_workers=0", "ray.num_workers"),
+    ("ray.num_cpus_per_worker=-1", "num_cpus_per_worker"),
+    ("ray.num_gpus_per_worker=-1", "num_gpus_per_worker"),
     # the protocol calls them degree and threshold t; the refusal names the keys the user set
     ("secagg=secaggplus secagg.neighbours=1", r"secagg.neighbours=1, secagg.threshold=null with 10 clients a round: "
                                               r"degree must be an even integer in \[2, 9\]"),

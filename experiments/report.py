@@ -57,19 +57,20 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         raise SystemExit(f"no such folder: {', '.join(missing)}")
     frames, incomplete, configs, seen = [], [], {}, {}
     for d in dirs:
+        label = (labels or {}).get(_folder(d))
         for path in sorted(Path(d).rglob("rounds.csv")):
             if (path.parent / "done.json").exists():
                 frame = pd.read_csv(path)
-                run_id = frame["run_id"].iloc[0] if len(frame) else None
+                run_id = frame["run_id"].iloc[0]
                 if run_id in seen:  # the same run copied into two folders: its rows count once
                     print(f"report: run {run_id} is in {seen[run_id]} and {path.parent}; counted once",
                           file=sys.stderr)
                     continue
                 seen[run_id] = path.parent
-                if labels and _folder(d) in labels:
-                    frame["dataset"] = labels[_folder(d)]
+                if label:
+                    frame["dataset"] = label
                 frames.append(_label_summary_bits(frame, path.parent / "config.json"))
-                configs[frame["run_id"].iloc[0]] = _settings(path.parent / "config.json")
+                configs[run_id] = _settings(path.parent / "config.json")
             else:
                 incomplete.append(path)
         # a run that failed before its first round: its failed-*.txt and no rows
@@ -572,7 +573,8 @@ def main(argv=None) -> pd.DataFrame:
                          "(repeatable)")
     args = ap.parse_args(argv)
     labels = dict(item.split("=", 1) for item in args.label)
-    unknown = sorted(k for k in labels if _folder(k) not in {_folder(d) for d in args.dirs})
+    reported = {_folder(d) for d in args.dirs}
+    unknown = sorted(k for k in labels if _folder(k) not in reported)
     if unknown:
         raise SystemExit(f"--label names a folder not reported: {', '.join(unknown)} (folders: {', '.join(args.dirs)})")
     rows, incomplete = load(args.dirs, {_folder(k): v for k, v in labels.items()})

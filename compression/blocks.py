@@ -21,6 +21,7 @@ class BlockEnergy:
     """Per-block sums of squares of vectors of `length`, with CountSketch's interface (one row)."""
 
     rows = 1
+    linear = False  # energies (see CountSketch.linear)
 
     def __init__(self, length: int, block: int):
         for label, value in (("length", length), ("block", block)):

@@ -24,6 +24,7 @@ class ExactSummary:
     """The vector as its own (1, length) table, with CountSketch's interface; linear, so it masks exactly."""
 
     rows = 1
+    linear = True  # in the vector (see CountSketch.linear)
 
     def __init__(self, length: int):
         if int(length) != length or length < 1:
@@ -50,6 +51,8 @@ class ExactSummary:
 class EnergySummary(ExactSummary):
     """Each entry's square as the (1, length) table: summed over the cohort (linear in the tables, so it masks
     exactly), each entry's energy, whose top k is `marginals`' target."""
+
+    linear = False  # squares: no difference of two sums of them is a client's values
 
     def sketch(self, vector: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):  # a square beyond float32 becomes inf, which quantizing refuses

@@ -24,6 +24,7 @@ class Marginals:
     CountSketch's interface (one row)."""
 
     rows = 1
+    linear = False  # energies (see CountSketch.linear)
 
     def __init__(self, shapes):
         self.parts: list[tuple[int, int, int]] = []  # (offset, out, rest); rest 0: a 1-D tensor, cell by cell

@@ -25,6 +25,8 @@ class CountSketch:
     Size of a table: rows * cols float32 values, 4 * rows * cols bytes.
     """
 
+    linear = True  # in the vector: two sums of tables over different clients differ by a client's own table
+
     def __init__(self, rows: int, cols: int, length: int, seed: int):
         for label, value in (("rows", rows), ("cols", cols), ("length", length)):
             if int(value) != value or value < 1:

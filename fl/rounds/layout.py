@@ -28,6 +28,7 @@ class MaskedLayout:
         self.q_table = secagg.FixedPointQuantizer(plan.sketch_clip if table_clip is None else table_clip, n,
                                                   self.bits, q)
         self.q_digit = secagg.FixedPointQuantizer(1.0, n, self.bits, q)  # lifts digit sums
+        self.max_weight = float(plan.max_weight)
         self.weight_scale = (2**WEIGHT_BITS - 1) / plan.max_weight
 
     def weight(self, w: float, rng: np.random.Generator) -> np.ndarray:
@@ -37,6 +38,12 @@ class MaskedLayout:
         whole += int(rng.random() < scaled - whole)
         mask = (1 << self.digit_bits) - 1
         return np.array([(whole >> (self.digit_bits * j)) & mask for j in range(self.digits)], np.uint32)
+
+    def counts(self, summed: float, clients: int) -> bool:
+        """Whether a sum of unit weights (`weight(1.0)` from each client) holds `clients` of them: each is
+        rounded by less than one step of the weight's precision."""
+        unit = min(1.0, self.max_weight)
+        return abs(summed - clients * unit) <= clients / self.weight_scale
 
     def values(self, weighted: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """The quantized weighted values and what they stand for (clipping and rounding included)."""

@@ -161,8 +161,9 @@ def _send(worker, exchange: int, cid: int, bundle: bytes, bits: int, t: dict, bu
 def masked_sketch(worker, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
                   catchup: bytes | None, t: dict):
     """Exchange 1 of `fresh`: train, and mask the summary (block energies or count sketch) of the weighted
-    error-corrected update, and the weight; the update is held for exchange 2, which masks its values at the
-    positions the summed summary picks."""
+    error-corrected update, and a unit weight; the update is held for exchange 2, which masks its values and
+    its weight at the positions the summed summary picks. The weight slot's sum counts the clients summed: the
+    client's own weight goes only into exchange 2, so the two sums never differ by it."""
     plan = worker.plan
     t["t_sync"] += sync(worker, broadcast, round, catchup)
     worker.staged_round = round
@@ -172,7 +173,7 @@ def masked_sketch(worker, broadcast: bytes, round: int, bundles: dict[int, bytes
     def summary(cid, corrected, w, rng):
         if not np.isfinite(corrected).all():
             raise ValueError("update is not finite")
-        vector = layout.join(None, layout.weight(w, rng), layout.table(sketch.sketch(corrected * w), rng))
+        vector = layout.join(None, layout.weight(1.0, rng), layout.table(sketch.sketch(corrected * w), rng))
         worker.held[cid] = (corrected, w)
         return vector
 
@@ -404,6 +405,9 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
         survivors = _unmask(steps, tally, first, 0, "unmask_sketch" if fresh else "unmask")
         values, weight, cells = tally.timed("t_unmask", first.result)
         if fresh:
+            if not first.layout.counts(weight, len(survivors)):
+                raise secagg.RoundAborted(f"the summary's sum counts {weight:.3f} clients, not its "
+                                          f"{len(survivors)} survivors")
             server.positions = tally.timed("t_unmask", server.policy.choose, r, cells)
             second = aggs[1]
             index_set = wire.encode_round_index(second.session, server.positions, plan.length)
@@ -414,7 +418,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
                                       wire.masked_bytes(second.length, second.layout.bits) + 256):
                 tally.up_payload += len(msg)
                 steps.take(second.add, cid, msg)
-            _unmask(steps, tally, second, 1, "unmask", same_as=survivors)
+            _unmask(steps, tally, second, 1, "unmask", same_as=survivors if sketch.linear else None)
             values, weight, cells = tally.timed("t_unmask", second.result)
         else:  # the table's share of the masked payload
             tally.up_sketch = wire.masked_bytes(first.layout.cells, first.layout.bits) * len(survivors)
@@ -447,9 +451,10 @@ def _aggregator(plan, chash: str, r: int, cohort: list[int], run_id: str, name: 
 def _unmask(steps, tally: Tally, agg: MaskedAggregator, exchange: int, name: str,
             same_as: tuple[int, ...] | None = None) -> tuple[int, ...]:
     """An exchange's unmask step: the request to its survivors, their shares back; returns the survivors.
-    `same_as`: the first exchange's survivors under `fresh`. A client summed there but missing here aborts the
-    round before anything is unmasked: the difference of the two sums would be that client's (its FedAvg weight,
-    and under a summary linear in the update, `exact` or `sketch`, its values at the index set)."""
+    `same_as`: the first exchange's survivors under `fresh` with a summary linear in the update (`exact`,
+    `sketch`). A client summed there but missing here aborts the round before anything is unmasked: the
+    difference of the two sums would be that client's values at the index set. Energies are not linear, and
+    the first exchange carries no weight, so under them the round goes on with the second's survivors."""
     request, survivors = agg.unmask_request()
     if same_as is not None and set(survivors) != set(same_as):
         missing = sorted(set(same_as) - set(survivors))

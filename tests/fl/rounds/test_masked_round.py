@@ -328,11 +328,15 @@ def test_fresh_masks_a_summary_then_values_and_applies_the_exact_sum_at_the_heav
     assert rows["index_policy"].iloc[0] == ("fresh(blocks of 16)" if summary == "blocks" else f"fresh({summary})")
     assert rows["dropped"].sum() > 0 and len(spy.applied) == (~rows["aborted"]).sum() >= 3
     assert {c for c in rows.columns if c.startswith("dropped_") and rows[c].sum() > 0} >= {"dropped_masked_sketch"}
-    # a client summed in the first exchange and gone from the second aborts the round (the difference of the two
-    # sums would be its own); drops before the first sum or after the second's inputs do not
+    # under the summary linear in the update (`exact`), a client summed in the first exchange and gone from the
+    # second aborts the round (the difference of the two sums would be its values); under energies the round goes
+    # on with the second's survivors. Drops before the first sum or after the second's inputs abort neither.
     between = rows["dropped_unmask_sketch"] + rows["dropped_masked_input"]
-    assert (rows["aborted"] == (between > 0)).all() and between.sum() > 0
-    assert (rows.loc[~rows["aborted"], "dropped"] > 0).any()
+    assert between.sum() > 0 and (rows.loc[~rows["aborted"], "dropped"] > 0).any()
+    assert (rows["aborted"] == ((between > 0) if summary == "exact" else False)).all()
+    firsts = [(weight, survivors) for (values, weight, _), survivors in spy.sums if not len(values)]
+    assert len(firsts) == 8  # the first exchange's weight slot counts its survivors, whatever their weights
+    assert all(weight == pytest.approx(len(s), abs=len(s) * 8.0 / (2**15 - 1)) for weight, s in firsts)
     assert all(len(s) >= 5 for s in spy.check_exact())
     applied_sets = [positions for _, _, positions, _, _ in spy.applied]
     assert all(any(np.array_equal(p, c) for c in chosen) for p in applied_sets)

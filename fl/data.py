@@ -13,6 +13,7 @@ import importlib.util
 import math
 import os
 import shutil
+import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,7 @@ from fl.errors import ConfigError
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
 PARTITIONS = ("iid", "dirichlet", "shards", "labels")
 INPUT_SHAPES = {"digits": (64,), "mnist": (1, 28, 28), "fashion_mnist": (1, 28, 28), "cifar10": (3, 32, 32)}
+NUM_CLASSES = dict.fromkeys(DATASETS, 10)
 
 
 @dataclass
@@ -96,7 +98,7 @@ def load_digits(seed: int, test_fraction: float = 0.2) -> Dataset:
     x_tr, x_te, y_tr, y_te = x[train], x[test], y[train], y[test]
     mean, std = x_tr.mean(axis=0), x_tr.std(axis=0)
     std[std == 0] = 1.0  # constant border pixels
-    return Dataset((x_tr - mean) / std, y_tr, (x_te - mean) / std, y_te, 10)
+    return Dataset((x_tr - mean) / std, y_tr, (x_te - mean) / std, y_te, NUM_CLASSES["digits"])
 
 
 def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -185,7 +187,8 @@ def default_cache() -> str:
 def readable_root(name: str, found: Located, cache: str | None) -> str:
     """A root torchvision can read `name` from. Files already in its layout are read where they are;
     otherwise they are unpacked (or copied) once into the cache, never beside the originals: a folder
-    the run does not own is never written. A cached copy older than its source is replaced."""
+    the run does not own is never written. A cached copy is made again whenever its source's size or
+    modification time differs from the copy's stamp (`<file>.source`)."""
     src = SOURCES[name]
     if found.in_layout:
         return found.folder[:-len(src.folder)]
@@ -200,10 +203,34 @@ def readable_root(name: str, found: Located, cache: str | None) -> str:
     for f in src.files:
         source = os.path.join(found.folder, f + (".gz" if f in found.gz else ""))
         dst = os.path.join(target, f)
-        if os.path.isfile(dst) and os.path.getmtime(dst) >= os.path.getmtime(source):
+        stamp = _stamp(source)
+        if os.path.isfile(dst) and _read(dst + ".source") == stamp:
             continue
         _unpack(source, dst, f in found.gz)
+        _write_atomic(dst + ".source", stamp)  # after the copy: a copy without its stamp is made again
     return root
+
+
+def _stamp(path: str) -> str:
+    """What identifies a source file's version: its path, size and modification time to the nanosecond (a copy
+    that keeps an older time, as dpkg, tar and cp -p do, still differs in one of them)."""
+    st = os.stat(path)
+    return f"{os.path.abspath(path)} {st.st_size} {st.st_mtime_ns}"
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _write_atomic(path: str, text: str) -> None:
+    tmp = f"{path}.partial-{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
 
 
 def check_files(name: str, root: str, system_dirs=()) -> None:
@@ -218,10 +245,11 @@ def _unpack(src: str, dst: str, gzipped: bool) -> None:
         with (gzip.open(src, "rb") if gzipped else open(src, "rb")) as fin, open(tmp, "wb") as fout:
             shutil.copyfileobj(fin, fout)
         os.replace(tmp, dst)
-    except (OSError, EOFError) as err:
+    except (OSError, EOFError, zlib.error) as err:  # zlib.error: a corrupt (not truncated) .gz
+        raise DatasetNotFoundError(f"could not unpack {src} into {dst}: {err}") from None
+    finally:
         if os.path.exists(tmp):
             os.remove(tmp)
-        raise DatasetNotFoundError(f"could not unpack {src} into {dst}: {err}") from None
 
 
 def _torchvision_split(name: str, root: str, train: bool, download: bool, system_dirs=(),
@@ -258,7 +286,25 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool, system
                 f"machine with a network.") from None
     images = np.asarray(ds.data)
     images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)  # MNIST (n,H,W); CIFAR NHWC
-    return np.ascontiguousarray(images), np.asarray(ds.targets, dtype=np.int64)
+    labels = np.asarray(ds.targets, dtype=np.int64)
+    _check_split(name, images, labels, found.folder if found else folder, train)
+    return np.ascontiguousarray(images), labels
+
+
+def _check_split(name: str, images: np.ndarray, labels: np.ndarray, folder: str, train: bool) -> None:
+    """torchvision checks no MNIST checksum: files that parse but disagree (a label file of another length, a
+    label out of range, images of another shape) are refused here, naming the folder, before any training."""
+    split = "train" if train else "test"
+    problem = None
+    if images.shape[1:] != INPUT_SHAPES[name]:
+        problem = f"images of shape {images.shape[1:]}, expected {INPUT_SHAPES[name]}"
+    elif len(images) != len(labels):
+        problem = f"{len(images)} images but {len(labels)} labels"
+    elif len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES[name]):
+        problem = f"labels from {labels.min()} to {labels.max()}, expected 0 to {NUM_CLASSES[name] - 1}"
+    if problem:
+        raise DatasetNotFoundError(f"dataset={name}: the {split} files under {folder} disagree: {problem}. "
+                                   f"Replace them with {SOURCES[name].get}.")
 
 
 def _subsample(n: int, limit: int | None, seed: int, salt: int) -> np.ndarray | None:
@@ -311,7 +357,7 @@ def load_dataset(cfg, seed: int) -> Dataset:
     if keep is not None:
         x_te, y_te = x_te[keep], y_te[keep]
     x_tr, x_te = _standardize(x_tr, x_te)  # statistics of the training samples kept
-    return Dataset(x_tr, y_tr, x_te, y_te, 10)
+    return Dataset(x_tr, y_tr, x_te, y_te, NUM_CLASSES[name])
 
 
 def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, seed: int,
@@ -380,6 +426,10 @@ def _label_quantity(labels: np.ndarray, num_clients: int, per_client: int, min_s
     for c in range(k):
         holders = [i for i in range(num_clients) if c in held[i]]
         idx = rng.permutation(np.flatnonzero(labels == classes[c]))
+        if len(idx) < len(holders):
+            raise ConfigError(f"the labels partition gives class {classes[c]} to {len(holders)} clients but it has "
+                              f"{len(idx)} samples, so some would not hold their {per_client} classes; use fewer "
+                              "clients or fewer labels per client")
         for client, chunk in zip(holders, np.array_split(idx, len(holders))):
             parts[client].append(chunk)
     out = [np.sort(np.concatenate(p)) for p in parts]

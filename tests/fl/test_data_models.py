@@ -87,6 +87,10 @@ def test_labels_refuse_fewer_clients_than_classes_and_more_labels_than_classes()
         partition(labels, 10, "labels", 0.0, 0, labels_per_client=11)
     with pytest.raises(ValueError, match="fewer than 2 samples"):
         partition(np.repeat(np.arange(10), 5), 25, "labels", 0.0, 0, labels_per_client=1)  # 5 split 2, 2, 1
+    # a class with more holders than samples would leave some holders without it: refused, not a client short of
+    # its classes
+    with pytest.raises(ValueError, match="gives class .* to .* clients but it has 3 samples"):
+        partition(np.repeat(np.arange(10), 3), 12, "labels", 0.0, 0, labels_per_client=5, min_size=1)
 
 
 def test_shards_refuse_more_shards_than_samples():

@@ -73,6 +73,53 @@ def test_gzipped_files_as_distributed_are_unpacked_into_the_cache_never_beside_t
     np.testing.assert_array_equal(again.x_train, data.x_train)
 
 
+def _gz_copy(tmp_path: Path, x, y) -> Path:
+    """Debian's layout, writable: the four gzipped IDX files flat in one folder."""
+    raw = write_mnist(tmp_path / "staging", "FashionMNIST", x[:60], y[:60], x[60:], y[60:], compress=True)
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for f in raw.iterdir():
+        (flat / f.name).write_bytes(f.read_bytes())
+    return flat
+
+
+def test_a_corrupt_gz_is_one_clear_error_and_leaves_no_partial_file(tmp_path):
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    flat = _gz_copy(tmp_path, x, y)
+    gz = flat / "train-images-idx3-ubyte.gz"
+    data = bytearray(gz.read_bytes())
+    data[40:200] = bytes(160)  # the deflate stream, not its length: zlib fails mid-file
+    gz.write_bytes(bytes(data))
+    cache = tmp_path / "cache"
+    with pytest.raises(DatasetNotFoundError, match="could not unpack .*train-images-idx3-ubyte.gz"):
+        load_dataset(dataset_cfg("fashion_mnist", tmp_path / "none", system_dirs=[str(flat)], cache=str(cache)), 0)
+    assert not [p for p in cache.rglob("*") if "partial" in p.name]
+
+
+def test_a_replaced_source_is_unpacked_again_even_when_it_keeps_an_older_time(tmp_path):
+    """dpkg, tar and cp -p keep a file's time: a cached copy newer than its replacement is still stale."""
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    flat = _gz_copy(tmp_path, x, y)
+    cfg = dataset_cfg("fashion_mnist", tmp_path / "none", system_dirs=[str(flat)], cache=str(tmp_path / "cache"))
+    np.testing.assert_array_equal(load_dataset(cfg, 0).y_train, y[:60])
+    shifted = (y + 1) % 10
+    write_mnist(tmp_path / "new", "FashionMNIST", x[:60], shifted[:60], x[60:], shifted[60:], compress=True)
+    labels = flat / "train-labels-idx1-ubyte.gz"
+    labels.write_bytes((tmp_path / "new" / "FashionMNIST" / "raw" / labels.name).read_bytes())
+    os.utime(labels, (946684800, 946684800))  # 2000-01-01, older than the cached copy
+    np.testing.assert_array_equal(load_dataset(cfg, 0).y_train, shifted[:60])
+
+
+@pytest.mark.parametrize("case", ["fewer labels", "label out of range"])
+def test_files_that_parse_but_disagree_are_refused_naming_the_folder(tmp_path, case):
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    y_train = y[:59] if case == "fewer labels" else np.where(np.arange(60) == 3, 200, y[:60]).astype(np.uint8)
+    write_mnist(tmp_path, "FashionMNIST", x[:60], y_train, x[60:], y[60:])
+    expected = "60 images but 59 labels" if case == "fewer labels" else "labels from 0 to 200, expected 0 to 9"
+    with pytest.raises(DatasetNotFoundError, match=f"train files under .*FashionMNIST.* disagree: {expected}"):
+        load_dataset(dataset_cfg("fashion_mnist", tmp_path), 0)
+
+
 def _system_copy(tmp_path: Path, x, y) -> Path:
     """Debian's layout: the four gzipped IDX files flat in one folder, made read-only."""
     system = tmp_path / "usr-share-datasets" / "fashion-mnist"

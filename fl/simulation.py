@@ -19,7 +19,7 @@ from tqdm import tqdm
 from fl import environment, seeds
 from fl.config import check_weights
 from fl.data import client_partitions, partition_summary
-from fl.errors import ConfigError
+from fl.errors import ConfigError, Diverged
 from fl.evaluation import CarriedEvaluation, Evaluator
 from fl.plan import Plan, model_section
 from fl.results import RunLog
@@ -77,6 +77,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     samples = summary["samples"].to_numpy()
     train_seconds = 0.0  # a training sample's seconds (all local epochs), last measured: 0 until then
     waiting = None  # (row, tally, cohort size, weights) of the round whose evaluation the next one carries
+    carried = None
     try:
         bar = tqdm(range(rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
@@ -122,7 +123,9 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
         bar.close()
         timeline["rounds_ended_at"] = time.time()
     except BaseException as err:
-        if waiting is not None:  # the round's row is kept, without the evaluation it was waiting for
+        if waiting is not None and isinstance(err, Diverged) and carried is not None:
+            _log_evaluated(log, rows, bar, waiting, carried)  # the last finite model's evaluation came back
+        elif waiting is not None:  # the round's row is kept, without the evaluation it was waiting for
             log_round(log, rows, *waiting[:3], waiting[0]["t_round"])
         log.fail(f"{type(err).__name__}: {err}")  # a crashed cell is recorded beside its rows, never silent
         raise

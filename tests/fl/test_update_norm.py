@@ -1,6 +1,7 @@
 """`fl.max_update_norm`: each client's update is clipped to an L2 norm before it is encoded, so one client whose
 local training blew up cannot wreck the global model; off by default, and never turning a NaN/Inf into a number."""
 import numpy as np
+import pandas as pd
 import pytest
 
 import fl
@@ -130,3 +131,23 @@ def test_update_norm_max_is_the_largest_norm_of_the_rounds_updates_before_the_bo
     assert rows["update_norm_max"].tolist() == [max(norms[r]) for r in range(ROUNDS)]
     took_part = _took_part()
     assert all((m > 1e5) == bool(p) for m, p in zip(rows["update_norm_max"], took_part))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_a_run_that_diverges_keeps_every_finite_rounds_row_with_its_evaluation(tmp_path, monkeypatch, overlap):
+    """With eval_overlap, round 1's evaluation rides on round 2's training call: the round that diverges has
+    already carried it back, so round 1's row keeps its accuracy either way."""
+    from fl.errors import Diverged
+
+    original = Worker.train
+
+    def train(self, cid, round):
+        update, n = original(self, cid, round)
+        return (np.full_like(update, 3e38) if round == 2 else update), n
+
+    monkeypatch.setattr(Worker, "train", train)
+    with pytest.raises(Diverged):
+        _run(tmp_path, "secagg=none", "fl.server_lr=2.0", f"fl.eval_overlap={str(overlap).lower()}")
+    rows = pd.read_csv(next(tmp_path.rglob("rounds.csv")))
+    assert rows["round"].tolist() == [0, 1] and rows["accuracy"].notna().all() and rows["accuracy"].iloc[1] > 0.3
+    assert len(list(tmp_path.rglob("failed-*.txt"))) == 1

@@ -3,8 +3,8 @@
     python -m experiments.report results/runs [more dirs ...] [--out results] [--target 0.9]
         [--label DIR=NAME ...] [--link UP,DOWN,RTT ...]
 
-Reads every `<dir>/**/rounds.csv` of a finished run (one with done.json beside it); runs that have rows
-but never finished are listed as incomplete, not silently dropped. `--label DIR=NAME` names the data of the
+Reads every `<dir>/**/rounds.csv` of a finished run (one with a done.json beside it that matches its rows); runs
+that have rows but never finished are listed as incomplete, not silently dropped. `--label DIR=NAME` names the data of the
 runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`). `--link 10,50,50` adds
 the seconds a client would spend on the wire per round over a link of 10 Mbit/s up, 50 down and a 50 ms round trip
 (a model applied to the counted bytes and the round's exchanges, not a measurement). Writes under --out:
@@ -27,6 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
+from fl.results import finished  # noqa: E402
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
            "secagg", "index_policy", "field_bits", "other"]
@@ -59,7 +60,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     for d in dirs:
         label = (labels or {}).get(_folder(d))
         for path in sorted(Path(d).rglob("rounds.csv")):
-            if (path.parent / "done.json").exists():
+            if finished(path.parent):
                 frame = pd.read_csv(path)
                 run_id = frame["run_id"].iloc[0]
                 if run_id in seen:  # the same run copied into two folders: its rows count once
@@ -375,7 +376,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
                   t.pivot_table(index=["dataset", "model", "compression", "ratio", "secagg"], columns="env",
                                 values="round_s").round(4).to_markdown()]
     if incomplete:
-        lines += ["", "## Incomplete runs (rows but no done.json: crashed, killed or still running)", ""]
+        lines += ["", "## Incomplete runs (rows without a done.json that matches them: crashed, killed, cut short or still running)", ""]
         for p in incomplete:
             errors = [f.read_text().strip() for f in sorted(p.parent.glob("failed-*.txt"))]
             lines.append(f"- `{p}`" + (f": {errors[-1]}" if errors else ""))

@@ -1,6 +1,7 @@
 """Tidy per-round rows, written as the run goes: `<results.dir>/<config_hash>/rounds.csv`.
 
-A run that finished leaves `done.json` beside its rows and is skipped on rerun. Rows of a run that
+A run that finished leaves `done.json` beside its rows (written last, atomically, naming the run and its number of
+rows) and is skipped on rerun; rows that do not match their done.json are not a finished run. Rows of a run that
 was killed are kept: the next run moves them to `rounds.incomplete-<run_id>.csv` and starts afresh,
 so nothing already written is ever overwritten. A run that raised leaves `failed-<run_id>.txt`. While a run
 writes, it holds `running.lock` in its folder (an flock), so a second process given the same configuration and
@@ -110,7 +111,7 @@ class RunLog:
         self._lock: int | None = None  # the descriptor of the folder's lock while this run holds it
 
     def finished(self) -> bool:
-        return self.done_path.exists() and self.path.exists()
+        return finished(self.dir)
 
     def claim(self) -> None:
         """Hold the folder's lock for this run (released by `release`, or by the OS when the process ends, so a
@@ -163,7 +164,9 @@ class RunLog:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # a killed run: keep its rows under its own run id
             self.path.rename(self.dir / f"rounds.incomplete-{_run_id_of(self.path) or self.run_id}.csv")
-        (self.dir / "config.json").write_text(json.dumps(cfg_dict, indent=2, sort_keys=True))
+        if self.done_path.exists():  # a done.json whose rows are gone or do not match it: kept, never trusted
+            self.done_path.rename(self.dir / f"done.unmatched-{self.run_id}.json")
+        _write_atomic(self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True))
         self._file = open(self.path, "x", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
         self._writer.writeheader()
@@ -174,8 +177,11 @@ class RunLog:
         self._file.flush()
 
     def finish(self, summary: dict) -> None:
+        if self._file is not None:  # the rows reach the disk before the file that says they are all there
+            self._file.flush()
+            os.fsync(self._file.fileno())
         self.close()
-        self.done_path.write_text(json.dumps(summary, indent=2, sort_keys=True))
+        _write_atomic(self.done_path, json.dumps(summary, indent=2, sort_keys=True))
 
     def fail(self, error: str) -> None:
         self.close()
@@ -188,10 +194,35 @@ class RunLog:
             self._file = None
 
 
+def finished(folder: Path) -> bool:
+    """Whether `folder` holds a finished run: a done.json that parses and names the run of rounds.csv and its
+    number of rows. Rows cut short (a crash, a full disk) or a done.json left beside another run's rows are not
+    a finished run."""
+    try:
+        done = json.loads((Path(folder) / "done.json").read_text())
+        with open(Path(folder) / "rounds.csv", newline="", encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, ValueError, csv.Error):  # ValueError: bad JSON or bytes that are not UTF-8
+        return False
+    return (isinstance(done, dict) and bool(rows) and done.get("rounds") == len(rows)
+            and all(row.get("run_id") == done.get("run_id") for row in rows)
+            and all(None not in row.values() and None not in row for row in rows))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _run_id_of(path: Path) -> str | None:
-    """The run id in the first row of a rounds.csv (None if it has no row, or its id is not a plain name)."""
-    with open(path, newline="") as f:
-        row = next(csv.DictReader(f), None)
+    """The run id in the first row of a rounds.csv (None if it has no row, or its id is not a plain name, or
+    the file is not one)."""
+    try:
+        with open(path, newline="", encoding="utf-8", errors="replace") as f:
+            row = next(csv.DictReader(f), None)
+    except csv.Error:
+        return None
     run_id = (row or {}).get("run_id") or ""
     return run_id if run_id.isalnum() else None
 

@@ -9,6 +9,12 @@ import pytest
 from experiments import report
 
 
+
+def _mark_done(run):
+    """The done.json a finished run writes last: its run id and number of rows."""
+    rows = pd.read_csv(run / "rounds.csv")
+    (run / "done.json").write_text(report.json.dumps({"run_id": str(rows["run_id"].iloc[0]), "rounds": len(rows)}))
+
 def _run(secagg, policy, ratio, acc, compression="topk"):
     return dict(dataset="fashion_mnist", partition="iid", model="lenet", n_params=10, rounds=30, secagg=secagg,
                 compression=compression, ratio=ratio, error_feedback=True, index_policy=policy, final_accuracy=acc)
@@ -64,7 +70,7 @@ def test_rows_kept_before_the_field_width_column_read_as_not_masked(tmp_path):
     run = tmp_path / "old"
     run.mkdir()
     pd.DataFrame(_rows("a", 0, 20, 0.7)).drop(columns="field_bits").to_csv(run / "rounds.csv", index=False)
-    (run / "done.json").write_text("{}")
+    _mark_done(run)
     rows, incomplete = report.load([str(tmp_path)])
     assert rows["field_bits"].isna().all() and incomplete == []
 
@@ -91,7 +97,7 @@ def test_the_table_names_the_code_of_its_runs_and_older_rows_say_they_did_not_re
         if code is not None:
             frame["code"] = code
         frame.to_csv(run / "rounds.csv", index=False)
-        (run / "done.json").write_text("{}")
+        _mark_done(run)
     rows, _ = report.load([str(tmp_path)])
     line = report.code_versions(rows)
     assert line == f"`0123456789ab` 2 runs; 1 run {report.UNRECORDED}"
@@ -145,10 +151,10 @@ def test_a_fresh_runs_own_summary_bits_are_in_its_policy_and_it_is_never_pooled_
         pd.DataFrame(_rows(name, seed, 20, accuracy)).to_csv(run / "rounds.csv", index=False)
         (run / "config.json").write_text(report.json.dumps(
             {"compression": {"sketch_quant_bits": summary_bits}, "secagg": {"quant_bits": quant_bits}}))
-        (run / "done.json").write_text("{}")
+        _mark_done(run)
     (tmp_path / "e").mkdir()  # a run without its config.json keeps its label
     pd.DataFrame(_rows("e", 2, 20, 0.61)).to_csv(tmp_path / "e" / "rounds.csv", index=False)
-    (tmp_path / "e" / "done.json").write_text("{}")
+    _mark_done(tmp_path / "e")
     rows, _ = report.load([str(tmp_path)])
     t = report.table(report.per_run(rows, target=0.6)).set_index("index_policy")
     assert sorted(t.index) == ["fresh(marginals)", "fresh(marginals), summary 8 bits"]
@@ -160,7 +166,7 @@ def test_a_folder_that_does_not_exist_is_an_error_not_an_empty_part_of_the_table
     run = tmp_path / "runs" / "a"
     run.mkdir(parents=True)
     pd.DataFrame(_rows("a", 0, 20, 0.7)).to_csv(run / "rounds.csv", index=False)
-    (run / "done.json").write_text("{}")
+    _mark_done(run)
     assert len(report.load([str(tmp_path / "runs")])[0]) > 0
     with pytest.raises(SystemExit, match="no such folder: .*runz"):
         report.load([str(tmp_path / "runs"), str(tmp_path / "runz")])
@@ -201,7 +207,7 @@ def _write_run(root, name, rows, config):
     run.mkdir(parents=True)
     pd.DataFrame(rows).to_csv(run / "rounds.csv", index=False)
     (run / "config.json").write_text(json.dumps(config))
-    (run / "done.json").write_text("{}")
+    _mark_done(run)
 
 
 def _config(lr=0.1, policy="fresh", **secagg):

@@ -1,4 +1,6 @@
 """The config hash names an experiment: where it runs and where its rows go are not part of it."""
+import pytest
+
 import fl
 from fl.config import as_dict, validate
 from fl.results import config_hash
@@ -99,3 +101,49 @@ def test_rehash_leaves_a_folder_whose_run_holds_its_lock_and_replaces_rows_whole
         running.release()
     assert (tmp_path / new / "rounds.csv").read_text() == f"run_id,config_hash,round\nr0123456789ab,{new},0\n"
     assert sorted(p.name for p in (tmp_path / new).iterdir()) == ["config.json", "rounds.csv"]  # no temp left
+
+
+def _finished_run(tmp_path):
+    from fl.results import finished
+
+    folder = tmp_path / "runs"
+    fl.run(fl.compose([f"results.dir={folder}", "backend=inline", "model=mlp_small", "fl.rounds=3", "secagg=none"]))
+    (run,) = [p for p in folder.iterdir() if p.is_dir()]
+    assert finished(run)
+    return folder, run
+
+
+def test_a_done_json_left_beside_other_rows_is_not_a_finished_run_and_is_kept_aside_by_the_rerun(tmp_path):
+    """A user deleted rounds.csv only, and the rerun was killed: its partial rows beside the old done.json were
+    taken for a finished run (skipped on every rerun, and reported)."""
+    import json
+
+    from experiments import report
+    from fl.results import finished
+
+    folder, run = _finished_run(tmp_path)
+    old = json.loads((run / "done.json").read_text())
+    rows = (run / "rounds.csv").read_text().splitlines()
+    (run / "rounds.csv").write_text("\n".join(rows[:2]).replace(old["run_id"], "0123456789ab") + "\n")
+    assert not finished(run)
+    with pytest.raises(SystemExit, match="no finished runs"):  # not reported as a run
+        report.load([str(folder)])
+    fl.run(fl.compose([f"results.dir={folder}", "backend=inline", "model=mlp_small", "fl.rounds=3", "secagg=none"]))
+    assert finished(run) and json.loads((run / "done.json").read_text())["run_id"] != old["run_id"]
+    (kept,) = run.glob("done.unmatched-*.json")
+    assert json.loads(kept.read_text()) == old
+    assert len(list(run.glob("rounds.incomplete-0123456789ab.csv"))) == 1
+
+
+def test_rows_cut_short_or_unreadable_are_not_a_finished_run(tmp_path):
+    from fl.results import _run_id_of, finished
+
+    _, run = _finished_run(tmp_path)
+    whole = (run / "rounds.csv").read_bytes()
+    (run / "rounds.csv").write_bytes(whole[:whole.rindex(b"\n", 0, len(whole) - 1) + 60])  # the last row cut
+    assert not finished(run)
+    (run / "rounds.csv").write_bytes(bytes(range(256)) * 10)  # not a CSV at all
+    assert not finished(run) and _run_id_of(run / "rounds.csv") is None
+    (run / "rounds.csv").write_bytes(whole)
+    (run / "done.json").write_text('{"run_id": ')  # a done.json cut short
+    assert not finished(run)

@@ -93,7 +93,7 @@ class SecAggConfig:
     max_weight: float = 8.0         # FedAvg weight (local samples / mean samples) is capped here
     threshold: Optional[int] = None  # t of t-of-n Shamir; null: a strict majority (of each neighbourhood)
     neighbours: Optional[int] = None  # secaggplus graph degree; null: 2*ceil(log2 n), even, capped at n-1
-    dropout: float = 0.0            # per-step probability that a client vanishes (injected; seeded)
+    dropout: float = 0.0            # per-step probability that a client vanishes (injected; seeded; also unmasked)
     quant_bits: int = 16            # fixed-point bits of each client's masked value (signed)
     bits: Optional[int] = None      # the field Z_2^bits of the masked vector; null: the smallest that cannot wrap
 
@@ -262,6 +262,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     sq = c.compression.sketch_quant_bits
     if sq is not None and not 2 <= sq <= secagg.MAX_FIELD_BITS - 1:
         raise ConfigError(f"compression.sketch_quant_bits must be in [2, {secagg.MAX_FIELD_BITS - 1}] or null, got {sq}")
+    if not 0 <= c.secagg.dropout < 1:  # every protocol: a plain round's clients vanish before their upload
+        raise ConfigError(f"secagg.dropout must be in [0, 1), got {c.secagg.dropout}")
     if secagg.get(c.secagg.name).masks:
         if f.clients_per_round < 2:
             raise ConfigError("secure aggregation needs fl.clients_per_round >= 2 (one client's sum is its input)")
@@ -279,8 +281,6 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             keys = ", ".join(f"secagg.{k}={'null' if v is None else v}" for k, v in
                              (("neighbours", c.secagg.neighbours), ("threshold", c.secagg.threshold)))
             raise ConfigError(f"{keys} with {f.clients_per_round} clients a round: {err}") from None
-        if not 0 <= c.secagg.dropout < 1:
-            raise ConfigError(f"secagg.dropout must be in [0, 1), got {c.secagg.dropout}")
     return canonical_settings(typed)
 
 
@@ -336,7 +336,7 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     if not comp.client or not comp.error_feedback:
         comp.residual_dtype = defaults.residual_dtype
     if not secagg.get(c.secagg.name).masks:
-        c.secagg = SecAggConfig(name=c.secagg.name)
+        c.secagg = SecAggConfig(name=c.secagg.name, dropout=c.secagg.dropout)  # the one key a plain round reads
     elif c.secagg.bits is not None and c.secagg.bits == secagg.smallest_safe_bits(c.secagg.quant_bits,
                                                                                  c.fl.clients_per_round):
         c.secagg.bits = None  # the automatic width, spelled out: one spelling

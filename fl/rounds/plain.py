@@ -93,6 +93,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
     A malformed or non-finite update is rejected and never aggregated; the round goes on without it.
     `carried`: the previous round's evaluation, which the workers run after training (fl.evaluation)."""
     length = server.plan.length
+    by_worker = _vanish(server.plan, r, by_worker, tally)
     calls = {}
     for w, clients in by_worker.items():
         ref, catchup = delivery.to(w)
@@ -114,3 +115,15 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
             tally.row["rejected"] += 1
             tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
     server.apply(agg.result())
+
+
+def _vanish(plan, r: int, by_worker: dict[int, list[int]], tally: Tally) -> dict[int, list[int]]:
+    """Injected dropouts (`secagg.dropout`): each client vanishes before its one upload with that probability
+    (neither trains nor sends), drawn from the seed a masked round's first step draws from. A worker left with
+    no client is not called (and misses this broadcast)."""
+    if plan.dropout <= 0:
+        return by_worker
+    rng = np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17]))
+    gone = {c for c in sorted(c for cs in by_worker.values() for c in cs) if rng.random() < plan.dropout}
+    tally.row["dropped"] += len(gone)
+    return {w: kept for w, cs in by_worker.items() if (kept := [c for c in cs if c not in gone])}

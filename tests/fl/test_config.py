@@ -100,6 +100,8 @@ def test_run_server_refuses_unknown_keyword():
     ("ray.num_workers=0", "ray.num_workers"),
     ("ray.num_cpus_per_worker=-1", "num_cpus_per_worker"),
     ("ray.num_gpus_per_worker=-1", "num_gpus_per_worker"),
+    ("secagg=none secagg.dropout=5", r"secagg.dropout must be in \[0, 1\), got 5"),  # was reset, unread, unchecked
+    ("secagg=none secagg.dropout=-1", "secagg.dropout"),
     # the protocol calls them degree and threshold t; the refusal names the keys the user set
     ("secagg=secaggplus secagg.neighbours=1", r"secagg.neighbours=1, secagg.threshold=null with 10 clients a round: "
                                               r"degree must be an even integer in \[2, 9\]"),

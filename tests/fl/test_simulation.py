@@ -348,6 +348,31 @@ def test_dh_with_dropouts_at_every_step_stays_within_2_points_of_no_masking(resu
     assert (dropped["dropped_masked_sketch"].sum() > 0) == (policy == "fresh")
 
 
+def test_without_masking_an_injected_dropout_vanishes_before_training_and_is_never_aggregated(tmp_path, monkeypatch):
+    """secagg.dropout was reset to 0 for a plain round: a sweep `secagg=none,dh secagg.dropout=0.2` compared masked
+    rounds that lose clients with plain rounds that lose none. Now each client vanishes before its one upload."""
+    from fl import seeds
+    from fl.runtime.worker import Worker
+
+    trained, original = [], Worker.train
+
+    def train(self, cid, round):
+        trained.append((round, cid))
+        return original(self, cid, round)
+
+    monkeypatch.setattr(Worker, "train", train)
+    rows = small(tmp_path, "secagg=none", "secagg.dropout=0.3", "fl.num_clients=12", "fl.clients_per_round=8",
+                 "fl.rounds=4", "ray.num_workers=3")
+    for r in range(4):
+        rng = np.random.default_rng(np.random.SeedSequence([0, r, 17]))
+        gone = {c for c in seeds.cohort(0, r, 12, 8) if rng.random() < 0.3}
+        assert {c for q, c in trained if q == r} == set(seeds.cohort(0, r, 12, 8)) - gone
+        assert rows["dropped"].iloc[r] == len(gone)
+    assert rows["dropped"].sum() > 0 and not rows["aborted"].any() and rows["accuracy"].iloc[-1] > 0.5
+    assert rows["config_hash"].iloc[0] != small(tmp_path, "secagg=none", "fl.num_clients=12", "fl.clients_per_round=8",
+                                                "fl.rounds=4", "ray.num_workers=3")["config_hash"].iloc[0]
+
+
 def test_dropout_below_threshold_aborts_rounds_leaves_the_model_unchanged_and_finishes(tmp_path):
     rows = small(tmp_path, "secagg.dropout=0.4", "fl.rounds=6")
     aborted = rows["aborted"]

@@ -107,18 +107,21 @@ class Server:
         self.positions, index_seed = self.policy.positions(r) if self.policy is not None else (None, 0)
         delta = self.broadcaster.sends_delta()
         stale = {w for w in workers if self.worker_round.get(w, -1) != r - 1}
-        catchup = put(self.broadcaster.catchup(r)) if delta and stale else None
+        behind = delta and any(self.last_sync.get(cid, -1) != r - 1 for cid in cohort)
+        dense = self.broadcaster.catchup(r) if delta and (stale or behind) else None
+        catchup = put(dense) if stale and dense is not None else None
         message = self.broadcaster.encode(r, self.weights, self.positions, index_seed)
-        down, catchups = self._downlink(cohort, r, len(message), delta)
+        down, catchups = self._downlink(cohort, r, len(message), len(dense) if dense is not None else 0)
         return Delivery(self, r, put(message), catchup, stale), down, catchups
 
-    def _downlink(self, cohort, r: int, size: int, delta: bool) -> tuple[int, int]:
-        """This broadcast per client plus, when it is a delta, what a client that missed rounds fetches first
-        (the broadcasts it missed, at most one dense model: round 0's size). A dense one needs no catch-up."""
+    def _downlink(self, cohort, r: int, size: int, dense: int) -> tuple[int, int]:
+        """This broadcast per client plus, when it is a delta, what a client that missed rounds fetches first:
+        the broadcasts it missed, or the catch-up (the dense model before this round, `dense` bytes) where that
+        is shorter. A dense broadcast (dense = 0) needs no catch-up."""
         total = catchups = 0
         for cid in cohort:
-            missed = self.sizes[self.last_sync.get(cid, -1) + 1:r] if delta else []
-            total += size + (min(sum(missed), self.sizes[0]) if missed else 0)
+            missed = self.sizes[self.last_sync.get(cid, -1) + 1:r] if dense else []
+            total += size + (min(sum(missed), dense) if missed else 0)
             catchups += bool(missed)
             self.last_sync[cid] = r
         self.sizes.append(size)

@@ -33,6 +33,14 @@ def sent(monkeypatch):
         return message
 
     monkeypatch.setattr(Broadcaster, "encode", encode)
+    original_catchup = Broadcaster.catchup
+
+    def catchup(self, round):
+        message = original_catchup(self, round)
+        sizes.setdefault("catchup", {})[round] = len(message)
+        return message
+
+    monkeypatch.setattr(Broadcaster, "catchup", catchup)
     return sizes
 
 
@@ -48,20 +56,31 @@ def test_a_dense_broadcast_is_counted_once_per_sampled_client_with_no_catch_up(t
     np.testing.assert_array_equal(rows["bytes_down"], expected)
 
 
-def test_a_compressed_broadcast_adds_one_catch_up_for_each_client_that_missed_one(tmp_path, sent):
-    rows = run(tmp_path, "secagg=none", "compression=topk", "compression.ratio=0.1", "fl.num_clients=12",
+@pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "compression.index_policy=randk")])
+def test_a_compressed_broadcast_adds_one_catch_up_for_each_client_that_missed_one(tmp_path, sent, secagg):
+    """A client behind fetches the broadcasts it missed, or the catch-up message where that is shorter: counted
+    as the catch-up's own length (it names its round; round 0's broadcast, which was charged, names none, and
+    under masking carries the index set's seed)."""
+    rows = run(tmp_path, *secagg, "compression=topk", "compression.ratio=0.1", "fl.num_clients=12",
                "fl.clients_per_round=4", "fl.rounds=6")
     sizes = sent["broadcast"]
+    if secagg[0] == "secagg=dh":  # what the protocol sends: roster and unmask request to each, a bundle each
+        protocol = 4 * np.array(sent["encode_roster"]) + 4 * np.array(sent["encode_unmask_request"])
+        protocol += np.array(sent["encode_share_bundle"]).reshape(6, 4).sum(axis=1)
+    else:
+        protocol = np.zeros(6, int)
     last: dict[int, int] = {}
+    charged_apart = 0  # catch-ups charged at a length round 0's broadcast does not have
     for r in range(6):
-        expected, catchups = 0, 0
+        expected, catchups = protocol[r], 0
         for cid in seeds.cohort(0, r, 12, 4):
             missed = sizes[last.get(cid, -1) + 1:r] if r > 0 else []
-            expected += sizes[r] + (min(sum(missed), sizes[0]) if missed else 0)
+            charged_apart += bool(missed) and sent["catchup"][r] < sum(missed) and sent["catchup"][r] != sizes[0]
+            expected += sizes[r] + (min(sum(missed), sent["catchup"][r]) if missed else 0)
             catchups += bool(missed)
             last[cid] = r
         assert rows["bytes_down"].iloc[r] == expected and rows["catchups"].iloc[r] == catchups
-    assert rows["catchups"].iloc[1:].sum() > 0
+    assert rows["catchups"].iloc[1:].sum() > 0 and charged_apart > 0
 
 
 @pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "secagg.dropout=0.12")])

@@ -35,9 +35,11 @@ def test_a_compressed_broadcast_sends_stale_and_revived_workers_a_catch_up_and_c
     assert delivery.stale == {0, 1} and delivery.to(1)[1] == delivery.catchup  # worker 1 missed round 1
     catchup = wire.decode_broadcast(delivery.catchup, server.plan.length)
     assert catchup.round == 1 and not catchup.is_delta
-    # clients 2 and 3 missed round 1 (one broadcast, smaller than the dense round 0); client 5 never had one
-    missed = [server.sizes[1], server.sizes[1], server.sizes[0]]
+    # clients 2 and 3 missed round 1 (one broadcast, smaller than the dense model); client 5 never had one: it
+    # fetches the catch-up, counted as sent (it names round 1, which round 0's dense broadcast did not)
+    missed = [server.sizes[1], server.sizes[1], len(delivery.catchup)]
     assert catchups == 3 and down == 3 * server.sizes[2] + sum(missed)
+    assert len(delivery.catchup) == server.sizes[0] + 2
 
 
 def test_a_dense_broadcast_is_the_whole_model_and_needs_no_catch_up():

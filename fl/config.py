@@ -319,7 +319,14 @@ _LOSSLESS_AT_ONE = ("topk", "randk")
 def canonical_settings(c: DictConfig) -> DictConfig:
     """One spelling per experiment, so equal settings share a config hash and a sweep never runs a
     cell twice: ratio 1.0 of a sparsifier is `compression=none`; switches that cannot act (codec
-    options without a codec, index policies and fixed point without masking) are reset to defaults."""
+    options without a codec, index policies and fixed point without masking, a partition's parameter under
+    another partition, digits' test fraction on a dataset with its own test split) are reset to defaults."""
+    data, data_defaults = c.dataset, DatasetConfig()
+    for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
+        if data.partition != read_by:
+            setattr(data, key, getattr(data_defaults, key))
+    if data.name != "digits":
+        data.test_fraction = data_defaults.test_fraction
     comp, defaults = c.compression, CompressionConfig()
     if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:
         comp.name = "none"

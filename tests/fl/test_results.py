@@ -147,3 +147,14 @@ def test_rows_cut_short_or_unreadable_are_not_a_finished_run(tmp_path):
     (run / "rounds.csv").write_bytes(whole)
     (run / "done.json").write_text('{"run_id": ')  # a done.json cut short
     assert not finished(run)
+
+
+def test_a_partitions_parameter_under_another_partition_and_digits_test_fraction_elsewhere_do_not_name_a_run():
+    """`dataset.partition=iid,dirichlet dataset.alpha=0.1,0.5` ran the same IID experiment twice."""
+    assert _hash("dataset.alpha=0.1") == _hash() != _hash("dataset.partition=dirichlet", "dataset.alpha=0.1")
+    assert _hash("dataset.partition=dirichlet", "dataset.shards_per_client=3", "dataset.labels_per_client=4") == \
+        _hash("dataset.partition=dirichlet")
+    assert _hash("dataset.partition=shards", "dataset.shards_per_client=3") != _hash("dataset.partition=shards")
+    assert _hash("dataset.test_fraction=0.3") != _hash()  # digits reads it
+    fmnist = ("dataset=fashion_mnist", "model=lenet")
+    assert _hash(*fmnist, "dataset.test_fraction=0.3") == _hash(*fmnist)

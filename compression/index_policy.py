@@ -12,8 +12,9 @@ to see (masked sums) or from a public seed, and broadcasts it. Policies:
   `energy` summaries (compression.exact_summary, dense uploads) are bounds: the top k of the summed update
   itself, and of the cohort's exact energy per entry, which `marginals` estimates.
 - `sketch`: I_{r+1} = heavy hitters of the summed count sketch of the clients' error-feedback residuals
-  (the sketch is linear, so the masked sum of sketches is the sketch of the summed residual). Round 0
-  and any round without a sketch use a public random set.
+  (the sketch is linear, so the masked sum of sketches is the sketch of the summed residual). Round 0, and
+  every round when no sketch can pay for itself (`sketch_shape`), use a public random set; the round after an
+  aborted one (no sum, so no new sketch) keeps the last set, as `prev_topk` does.
 - `randk`: a fresh public random set each round (no extra bytes).
 - `prev_topk`: top of the previous aggregate plus a public random share (a baseline; it starves positions
   it never picks).

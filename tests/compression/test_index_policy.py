@@ -206,6 +206,10 @@ def test_sketch_policy_next_set_is_the_heavy_hitters_of_the_observed_table():
     np.testing.assert_array_equal(following, policy.sketch(1).heavy_hitters(table, k))
     np.testing.assert_array_equal(following, spikes)
     np.testing.assert_array_equal(policy.positions(2)[0], following)
+    # round 2 aborts (the server observes nothing): round 3 keeps the last set, not a random one
+    kept, seed = policy.positions(3)
+    assert seed == 0
+    np.testing.assert_array_equal(kept, following)
 
 
 # --- refused arguments -----------------------------------------------------------------------------

@@ -63,7 +63,9 @@ class CountSketchCompression(Codec):
     Why these defaults: the values come from the sketch, so the decoded entries must be true heavy
     hitters. With one row every entry of a bucket gets the bucket's whole value, and decoding k =
     cols/2 entries multiplies the mass, so error feedback diverges; 5 rows with k = cols/16 keep the
-    residual bounded down to ratio 0.01, where 3 rows or k = cols/8 do not (docs/performance.md).
+    residual from exploding down to ratio 0.01, where 3 rows or k = cols/8 do not. It is not bounded: each
+    decoded estimate's error goes back into the residual, which grows like a random walk, faster than a
+    client that sends nothing (docs/performance.md, `python -m experiments.sketch_feedback`).
     (The index policy's 1-row sketch is a different use: it only picks positions, whose values then
     travel exactly.) FetchSGD itself used 5 rows and k = cols/20.
 

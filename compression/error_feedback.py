@@ -24,9 +24,9 @@ class ErrorFeedback:
 
     The invariant holds for any codec; whether the residual stays bounded depends on the codec
     being a contraction (top-k, rand-k, ternary, the quantizers are). A count sketch decoded with
-    too few rows or too many heavy hitters is not, and its residual diverges; its defaults are
-    chosen to stay bounded (see `CountSketchCompression`), and `SketchAccumulator` keeps the
-    feedback on the server instead.
+    too few rows or too many heavy hitters is not, and its residual diverges; its defaults keep it
+    from exploding, though it still grows (see `CountSketchCompression`), and `SketchAccumulator` keeps
+    the feedback on the server instead.
     """
 
     def __init__(self, codec: Codec):

@@ -6,7 +6,7 @@ and raises `DecodeError` on anything malformed. Codecs are looked up by name in 
 (`get('topk')`, or the seed framework's alias `get('TopKProtocol')`), so configs name them and an
 unknown name fails with the list of registered ones.
 
-Codecs: `none` (dense float32), `topk`, `randk`, `ternary`, `qsgd`, `fp16`, `int8`, `countsketch`.
+Codecs: `none` (dense float32), `topk`, `randk`, `ternary`, `qsgd`, `fp16`, `int8`, `countsketch`, `rotation`.
 Also here: `ErrorFeedback` (residual accumulation around any codec), `CountSketch` (a linear sketch
 whose heavy hitters pick the shared index set when updates are masked) and `SketchAccumulator`
 (server-side error feedback for the count-sketch codec).

@@ -59,7 +59,8 @@ def names() -> list[str]:
 
 def _listing() -> str:
     """'none, topk (aliases: TopKProtocol), ...': what an error message shows, in registration order
-    (the package registers the dense baseline and top-k first, then the other codecs by file name)."""
+    (the package registers the dense baseline and top-k first, then the codecs it imports by name, then any other
+    module of the package, by file name)."""
     parts = []
     for name in _classes:
         aliases = [key for key, owner in _canonical_of.items() if owner == name and key != name]

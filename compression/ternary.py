@@ -34,7 +34,8 @@ class TernaryCompression(Codec):
 
     mu is the mean magnitude of the kept entries of its tensor: one float32 for the whole vector,
     or one per layer when `layout` is given (then, as in top-k, each layer keeps ceil(ratio * size)
-    of its own entries). Biased: use it with error feedback (STC does).
+    of its own entries). Zeros among the top k (k above a tensor's nonzeros) are not sent, as sign(0) = 0
+    in STC: the payload's k is then the count sent. Biased: use it with error feedback (STC does).
 
     Options: layout (None or layer sizes summing to n). Positions are chosen as top-k's default
     does (sampled bracket, exact threshold: the same k entries as a full partition).
@@ -72,6 +73,11 @@ class TernaryCompression(Codec):
         positions, mask = select_topk(vector, self.ratio, sizes if self.layout is not None else None, sampled_seed=0)
         kept = vector.take(positions)
         layer = _layer_of(positions, sizes)
+        zero = kept == 0  # kept only where k exceeds a tensor's nonzeros: sent, they would decode to +mu
+        if zero.any() and not zero.all():
+            live = ~zero | (np.bincount(layer, weights=~zero, minlength=sizes.size) == 0)[layer]  # a tensor of zeros: mu 0
+            mask[positions[~live]] = False
+            positions, kept, layer = positions[live], kept[live], layer[live]
         counts = np.bincount(layer, minlength=sizes.size)
         sums = np.bincount(layer, weights=np.abs(kept), minlength=sizes.size)  # float64: no overflow
         magnitudes = (sums / np.maximum(counts, 1)).astype("<f4")

@@ -77,7 +77,7 @@ def reference_size(name, codec, payload, vector32) -> int:
     if name == "randk":
         return 18 + 4 * topk_count(n, codec.ratio)
     if name == "ternary":
-        positions = _kept_positions(compression.TopKCompression(codec.ratio).encode(vector32), n)
+        positions = _ternary_positions(codec, vector32)
         return 18 + min(reference_position_sizes(positions, n).values()) + math.ceil(positions.size / 8)
     if name == "qsgd":
         return 15 + math.ceil(n * (1 + codec.levels.bit_length()) / 8)
@@ -95,6 +95,13 @@ def _kept_positions(topk_payload, n):
     return compression.TopKCompression().decode_sparse(topk_payload, n)[0]
 
 
+def _ternary_positions(codec, vector32):
+    """Top-k's positions, less the zeros among them (sign(0) = 0) unless they are all zero."""
+    kept = _kept_positions(compression.TopKCompression(codec.ratio).encode(vector32), vector32.size)
+    nonzero = kept[vector32[kept] != 0]
+    return nonzero if nonzero.size else kept
+
+
 def check_accuracy(name, codec, payload, decoded, vector32):
     """What decode(encode(x)) must equal, codec by codec."""
     n = vector32.size
@@ -110,7 +117,7 @@ def check_accuracy(name, codec, payload, decoded, vector32):
         assert positions.size == topk_count(n, codec.ratio) and np.array_equal(values, vector32[positions])
         assert not np.delete(decoded, positions).any()
     elif name == "ternary":
-        kept = _kept_positions(compression.TopKCompression(codec.ratio).encode(vector32), n)
+        kept = _ternary_positions(codec, vector32)
         mu = np.float32(np.abs(wide[kept]).mean())
         assert np.array_equal(decoded[kept], np.where(vector32[kept] < 0, -mu, mu))
         assert not np.delete(decoded, kept).any()

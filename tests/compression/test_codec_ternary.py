@@ -80,3 +80,14 @@ def test_decode_rejects_malformed_payloads():
 
 def test_codec_metadata():
     assert TernaryCompression.name == "ternary" and TernaryCompression.biased is True
+
+
+def test_zeros_among_the_top_k_are_not_sent_so_they_decode_to_zero_not_to_plus_mu():
+    """k above the nonzeros (ratio 1, or a sparse layer): a kept 0 decoded to +mu, and pulled mu down."""
+    codec = TernaryCompression(1.0)
+    np.testing.assert_array_equal(codec.decode(codec.encode(np.array([5, -3, 0, 0, -0.0, 1], np.float32)), 6),
+                                  np.array([3, -3, 0, 0, 0, 3], np.float32))
+    layered = TernaryCompression(1.0, layout=[3, 3])  # the second layer holds only zeros: its mu is 0
+    np.testing.assert_array_equal(layered.decode(layered.encode(np.array([4, 0, -4, 0, 0, 0], np.float32)), 6),
+                                  np.array([4, 0, -4, 0, 0, 0], np.float32))
+    assert not codec.decode(codec.encode(np.zeros(4, np.float32)), 4).any()

@@ -84,4 +84,10 @@ def corrected_update(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray,
 
 
 def keep_residual(worker, cid: int, residual: np.ndarray) -> None:
-    worker.residuals[cid] = residual.astype(worker.plan.residual_dtype, copy=False)
+    """Stored in `compression.residual_dtype`; in float16 an entry beyond its range saturates at +-65504 (as inf
+    it would make every later update of the client non-finite, never sent again)."""
+    dtype = np.dtype(worker.plan.residual_dtype)
+    if dtype == np.float16:
+        top = float(np.finfo(np.float16).max)
+        residual = np.clip(residual, -top, top)
+    worker.residuals[cid] = residual.astype(dtype, copy=False)

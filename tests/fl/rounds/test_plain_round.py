@@ -99,3 +99,18 @@ def test_encoding_a_batch_of_trained_clients_sends_the_same_messages_and_residua
         for cid in range(6):
             np.testing.assert_array_equal(one_at_a_time.residuals[cid], batched.residuals[cid])
         weights += 0.01
+
+
+def test_a_float16_residual_beyond_its_range_saturates_instead_of_shutting_the_client_out():
+    """Stored as inf, it made every later corrected update non-finite: the client never sent again."""
+    from types import SimpleNamespace
+
+    from fl.rounds.client import keep_residual
+
+    worker = SimpleNamespace(plan=SimpleNamespace(residual_dtype="float16"), residuals={})
+    keep_residual(worker, 3, np.array([7e4, -1e9, 0.5, 1e-9], np.float32))
+    kept = worker.residuals[3]
+    assert kept.dtype == np.float16 and np.isfinite(kept).all()
+    np.testing.assert_array_equal(kept, np.array([65504, -65504, 0.5, 0], np.float16))
+    feedback = compression.ErrorFeedback(compression.get("topk")(0.5))
+    feedback.encode(np.ones(4, np.float32), kept.astype(np.float32))  # the next round's update goes out

@@ -78,13 +78,17 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     train_seconds = 0.0  # a training sample's seconds (all local epochs), last measured: 0 until then
     waiting = None  # (row, tally, cohort size, weights) of the round whose evaluation the next one carries
     carried = None
+    held: dict[int, int] = {}  # worker -> bytes of client state it last reported (fl.rounds.exchange.Tally)
     try:
         bar = tqdm(range(rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
             t_round = time.perf_counter()
             row = dict(static, round=r, rejected=0, clipped=0, aborted=False, dropped=0,
                        t_setup=t_setup if r == 0 else 0.0)
-            server.forget(pool.revive())  # a dead worker is replaced; its clients' state is lost, as on a device
+            revived = pool.revive()
+            server.forget(revived)  # a dead worker is replaced; its clients' state is lost, as on a device
+            for w in revived:
+                held.pop(w, None)
             stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0)  # the column is in every row
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
@@ -98,7 +102,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             t0 = time.perf_counter()
             delivery, down, row["catchups"] = server.broadcast(r, cohort, by_worker, pool.put)
             stats["t_broadcast"] = time.perf_counter() - t0
-            tally = Tally(row, stats, down)
+            tally = Tally(row, stats, down, held)
             if plan.masked:
                 if not masked.run(server, pool, tally, r, chash, cohort, by_worker, delivery, log.run_id, carried):
                     server.aborted(r)

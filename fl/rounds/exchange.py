@@ -12,10 +12,14 @@ REFUSED = b""  # a client's message when its own update was invalid (NaN/Inf, or
 
 
 class Tally:
-    """What one round has counted so far: bytes per direction and kind, seconds, and the row."""
+    """What one round has counted so far: bytes per direction and kind, seconds, and the row. `held`: the
+    run's last report of each worker's client state (bytes), kept across rounds, so the row's `state_bytes`
+    covers every worker, not only those called this round."""
 
-    def __init__(self, row: dict, stats: dict, down: int):
+    def __init__(self, row: dict, stats: dict, down: int, held: dict[int, int] | None = None):
         self.row, self.stats, self.down = row, stats, down
+        self.held = {} if held is None else held
+        self.stats["state_bytes"] = sum(self.held.values())
         self.up_payload = self.up_protocol = self.up_sketch = 0
 
     def timed(self, key: str, fn, *args):
@@ -26,7 +30,7 @@ class Tally:
             self.stats[key] += time.perf_counter() - t0
 
 
-def exchange(pool, step, calls: dict[int, tuple], clients: dict[int, list[int]], stats: dict,
+def exchange(pool, step, calls: dict[int, tuple], clients: dict[int, list[int]], tally: Tally,
              message_bytes: float = 0.0, carried=None):
     """Run the client step `step` on each worker of `calls` and yield (client id, message) for every client
     of `clients`, in client-id order. A message is None if the client sent nothing, WORKER_DIED if its worker
@@ -40,13 +44,14 @@ def exchange(pool, step, calls: dict[int, tuple], clients: dict[int, list[int]],
     else:  # one plain call: about 1.5 ms cheaper a round than a stream
         streams = {w: iter([None] if reply is None else reply)
                    for w, reply in pool.call(step, calls, carried=spec).items()}
-    return _in_client_order(streams, clients, stats, carried)
+    return _in_client_order(streams, clients, tally, carried)
 
 
-def _in_client_order(streams: dict, clients: dict[int, list[int]], stats: dict, carried=None):
+def _in_client_order(streams: dict, clients: dict[int, list[int]], tally: Tally, carried=None):
     """Each message taken from its worker's stream when the order reaches it: the server works on one
-    message while the workers still produce the next. Workers' timings and state sizes go into `stats`,
-    the batches they evaluated to `carried`."""
+    message while the workers still produce the next. Workers' timings go into the tally's stats, their state
+    sizes into `tally.held`, the batches they evaluated to `carried`."""
+    stats = tally.stats
     owner = {cid: w for w, cs in clients.items() for cid in cs}
     ready: dict[int, dict] = {w: {} for w in streams}
     open_streams = set(streams)
@@ -60,6 +65,9 @@ def _in_client_order(streams: dict, clients: dict[int, list[int]], stats: dict, 
         if isinstance(item, dict):
             if EVALUATED in item:
                 carried.take(w, item.pop(EVALUATED), item.pop(EVALUATED_SECONDS))
+            if "state_bytes" in item:
+                tally.held[w] = item.pop("state_bytes")
+                stats["state_bytes"] = sum(tally.held.values())
             _add_stats(stats, item)
 
     for cid in sorted(owner):

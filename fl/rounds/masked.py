@@ -303,7 +303,7 @@ class _Steps:
         called = {w: [c for c in cs if c in self.alive] for w, cs in self.by_worker.items()}
         calls = {w: a for w, cs in called.items() if (a := args_for(w, cs)) is not None}
         lost = set()
-        for cid, msg in exchange(self.pool, step, calls, called, self.tally.stats, message_bytes, carried):
+        for cid, msg in exchange(self.pool, step, calls, called, self.tally, message_bytes, carried):
             if msg is None or msg is WORKER_DIED:
                 lost.add(cid)
             elif msg == REFUSED:  # its own update was invalid: rejected, never aggregated

@@ -101,7 +101,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
     codec = server.plan.client_codec
     agg = PlainAggregator(r, length, codec, _payload_bound(codec, length))
     # a bound per message: dense is 4 bytes an entry, and top-k's bitmap near ratio 1 adds n/8
-    for cid, msg in exchange(pool, client_round, calls, by_worker, tally.stats, 4.125 * length + 256, carried):
+    for cid, msg in exchange(pool, client_round, calls, by_worker, tally, 4.125 * length + 256, carried):
         if msg is WORKER_DIED:
             tally.row["dropped"] += 1
             continue

@@ -15,13 +15,16 @@ from omegaconf import DictConfig
 import fl
 from fl.config import ConfigError, register_schema
 from fl.errors import RunInProgress
+from fl.sweep import UNFINISHED, unfinished
 
 register_schema()
 
 
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> str | None:
+    """Runs one cell; in a sweep, returns how a cell that did not finish ended (None: it finished)."""
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    overrides = list(HydraConfig.get().overrides.task) if multirun else []
     try:
         fl.run(cfg, keep_warm=multirun)  # a sweep's cells share one Ray and one warm pool (fl/runtime/warm.py)
     except RunInProgress as err:  # another process is running this cell into the same folder: left to it
@@ -29,6 +32,7 @@ def main(cfg: DictConfig) -> None:
         if not multirun:
             sys.exit(2)
         print("fedsqueeze: this cell is left to that process; the sweep goes on", file=sys.stderr)
+        return unfinished("left to another process", overrides)
     except ConfigError as err:  # refused before any work: no rows written
         print(f"fedsqueeze: configuration refused: {err}", file=sys.stderr)
         if not multirun:
@@ -37,6 +41,7 @@ def main(cfg: DictConfig) -> None:
         # needs the data (a split it cannot give). The other cells run; exiting here would end the sweep, or the
         # Ray task of a ray_cells cell.
         print("fedsqueeze: this cell is refused; the sweep goes on", file=sys.stderr)
+        return unfinished("refused", overrides)
     except Exception:
         if not multirun:
             raise
@@ -44,10 +49,18 @@ def main(cfg: DictConfig) -> None:
         # rows, listed by experiments.report) and rerunning the same command retries it.
         traceback.print_exc()
         print("fedsqueeze: this cell failed; the sweep goes on", file=sys.stderr)
+        return unfinished("failed", overrides)
+    return None
 
 
 if __name__ == "__main__":
     main()
+    if UNFINISHED:  # a sweep whose every cell did not finish: say which, and exit 1 (rerun to resume)
+        print(f"fedsqueeze: {len(UNFINISHED)} cell(s) of the sweep did not finish; rerun the command to retry:",
+              file=sys.stderr)
+        for line in UNFINISHED:
+            print(f"  {line}", file=sys.stderr)
+        sys.exit(1)
     # The process ends here: keep its long-lived objects (torch, Ray, Hydra) out of the final garbage
     # collection, a noticeable part of a short run's wall time.
     gc.freeze()

@@ -20,6 +20,18 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 
+# Cells of this process's sweep that did not finish (failed, refused once the data loaded, or left to another
+# process running them): `simulate.py` exits non-zero after the sweep when any did, so `simulate -m ... && report`
+# stops there. The ray_cells launcher adds its cells' from what their tasks return.
+UNFINISHED: list[str] = []
+
+
+def unfinished(status: str, overrides) -> str:
+    """Record a cell that did not finish; returns `status` (the cell's return value, which ray_cells reads)."""
+    UNFINISHED.append(f"{status}: {' '.join(overrides)}")
+    return status
+
+
 class EndWarmPool(Callback):
     """At a multirun's end, stop the pool and the Ray its cells shared (fl.runtime.warm)."""
 

@@ -50,8 +50,9 @@ def test_a_cell_another_process_is_running_is_left_to_it_and_a_sweep_goes_on(tmp
         alone = simulate(*cell, "seed=0", cwd=tmp_path)
         assert alone.returncode == 2 and "fedsqueeze: not run: " in alone.stderr and "run theirs" in alone.stderr
         sweep = simulate("-m", *cell, "seed=0,1", cwd=tmp_path)
-        assert sweep.returncode == 0, sweep.stderr
+        assert sweep.returncode == 1, sweep.stderr  # the other cell ran; the sweep says one did not
         assert "this cell is left to that process; the sweep goes on" in sweep.stderr
+        assert "  left to another process: " in sweep.stderr and "seed=0" in sweep.stderr.split("did not finish")[1]
         assert [p.name for p in theirs.dir.iterdir()] == [LOCK_NAME]  # nothing of theirs moved, nothing of ours added
         assert len([p for p in runs.glob("*/done.json")]) == 1  # seed 1 ran
     finally:

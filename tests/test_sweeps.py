@@ -18,10 +18,10 @@ CELLS = ["model=mlp_small", "fl.rounds=2", "fl.num_clients=12", "fl.clients_per_
          "secagg=none,dh", "seed=0,1"]
 
 
-def sweep(*overrides, results, timeout=600):
+def sweep(*overrides, results, timeout=600, returncode=0):
     out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", *overrides, f"results.dir={results}"],
                          capture_output=True, text=True, timeout=timeout, cwd=results.parent)
-    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.returncode == returncode, out.stderr[-3000:]
     return out.stdout + out.stderr
 
 
@@ -103,12 +103,20 @@ def test_a_sweep_with_a_refused_cell_names_every_refused_cell_and_runs_none(tmp_
     assert not list(results.rglob("rounds.csv")) and not list(results.rglob("config.json"))
 
 
-def test_a_cell_the_data_refuses_is_named_and_the_other_cells_run(tmp_path):
+@pytest.mark.parametrize("launcher", ["basic", "ray_cells"])
+def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exits_1(tmp_path, launcher):
     """A refusal only the data can make (more clients than samples) comes when its cell runs: it is printed, and the
-    sweep goes on (it used to end the sweep there, or crash a ray_cells cell's Ray task)."""
+    sweep goes on (it used to end the sweep there, or crash a ray_cells cell's Ray task). The sweep then exits 1,
+    naming the cell (it exited 0, so `simulate -m ... && report` went on as if every cell had run)."""
     results = tmp_path / "runs"
-    out = sweep("backend=inline", "model=mlp_small", "fl.rounds=1", "fl.num_clients=2000,10", results=results)
-    assert "configuration refused: fl.num_clients=2000: 2000 clients cannot each get 1 of 1437 training samples" in out
-    assert "this cell is refused; the sweep goes on" in out
+    out = sweep("backend=inline", "model=mlp_small", "fl.rounds=1", "fl.num_clients=2000,10",
+                f"hydra/launcher={launcher}", results=results, returncode=1)
+    if launcher == "basic":  # (a ray_cells cell prints in its Ray task's log)
+        assert "configuration refused: fl.num_clients=2000: 2000 clients cannot each get 1 of 1437 training " \
+               "samples" in out
+        assert "this cell is refused; the sweep goes on" in out
+    assert "fedsqueeze: 1 cell(s) of the sweep did not finish; rerun the command to retry:" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("  refused: ")]
+    assert "fl.num_clients=2000" in line and "fl.num_clients=10" not in line
     (done,) = list(results.glob("*/done.json"))
     assert pd.read_csv(done.parent / "rounds.csv")["num_clients"].tolist() == [10]

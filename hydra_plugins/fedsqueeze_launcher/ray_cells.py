@@ -15,7 +15,7 @@ from hydra.plugins.launcher import Launcher
 from omegaconf import DictConfig, open_dict
 
 from fl.runtime import raystart
-from fl.sweep import cell_bundles, run_cell
+from fl.sweep import UNFINISHED, cell_bundles, run_cell
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,9 @@ class RayCellLauncher(Launcher):
                                     _return_value=first._return_value)
                 else:
                     node, ret = done[idx]
+                    if ret.status == JobStatus.FAILED or isinstance(ret._return_value, str):
+                        status = ret._return_value if isinstance(ret._return_value, str) else "failed"
+                        UNFINISHED.append(f"{status}: {' '.join(overrides)}")
                 self.nodes.append(node)
                 returns.append(ret)
             return returns

@@ -101,6 +101,16 @@ def _folder(d: str) -> str:
     return str(Path(d).resolve())
 
 
+def _config(config: Path) -> dict:
+    """A run's config.json; one that does not parse stops the report naming it (its settings decide what the
+    run is pooled with, so it is never guessed)."""
+    try:
+        return json.loads(config.read_text())
+    except (ValueError, OSError) as err:
+        raise SystemExit(f"report: {config} cannot be read ({err}); restore it (git checkout) or move its run "
+                         "folder out of the reported folders") from None
+
+
 def _settings(config: Path) -> dict[str, str]:
     """A run's config.json as {dotted key: JSON value}, less the keys that cannot change its results."""
     def flat(d: dict, prefix: str = ""):
@@ -111,7 +121,7 @@ def _settings(config: Path) -> dict[str, str]:
                 yield f"{prefix}{key}", json.dumps(value)
     if not config.exists():
         return {}
-    settings = dict(flat(json.loads(config.read_text())))
+    settings = dict(flat(_config(config)))
     if settings.get("compression.sketch_quant_bits") == settings.get("secagg.quant_bits"):
         settings["compression.sketch_quant_bits"] = "null"  # the summary at the values' bits: the default
     return settings
@@ -159,7 +169,7 @@ def _label_summary_bits(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
     same policy at the default."""
     if not config.exists() or "index_policy" not in frame:
         return frame
-    cfg = json.loads(config.read_text())
+    cfg = _config(config)
     bits = cfg.get("compression", {}).get("sketch_quant_bits")
     if bits is None or bits == cfg.get("secagg", {}).get("quant_bits"):
         return frame

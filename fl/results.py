@@ -253,7 +253,11 @@ def rehash(root: str | Path) -> list[tuple[str, str]]:
     renamed = []
     for config in sorted(Path(root).glob("*/config.json")):
         old_dir = config.parent
-        new = config_hash(json.loads(config.read_text()))
+        try:
+            new = config_hash(json.loads(config.read_text()))
+        except (ValueError, OSError) as err:
+            print(f"fedsqueeze: {config} cannot be read ({err}); its folder is left as it is")
+            continue
         if new == old_dir.name:
             continue
         new_dir = old_dir.with_name(new)

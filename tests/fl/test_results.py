@@ -158,3 +158,22 @@ def test_a_partitions_parameter_under_another_partition_and_digits_test_fraction
     assert _hash("dataset.test_fraction=0.3") != _hash()  # digits reads it
     fmnist = ("dataset=fashion_mnist", "model=lenet")
     assert _hash(*fmnist, "dataset.test_fraction=0.3") == _hash(*fmnist)
+
+
+def test_a_config_json_that_does_not_parse_is_named_by_rehash_and_report_and_nothing_is_lost(tmp_path, capsys):
+    """Both died on the first bad file with a bare JSONDecodeError, and rehash left the folders after it alone."""
+    import json
+
+    from experiments import report
+    from fl.results import rehash
+
+    cfg = as_dict(validate(fl.compose(["secagg=none", "model=mlp_small"])))
+    for name, text in (("0000000000aa", '{"seed": '), ("ffffffffffff", json.dumps(cfg))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(text)
+        (tmp_path / name / "rounds.csv").write_text(f"run_id,config_hash,round\nr{name},{name},0\n")
+    assert rehash(tmp_path) == [("ffffffffffff", config_hash(cfg))]  # the folder after the bad one too
+    assert "0000000000aa/config.json cannot be read" in capsys.readouterr().out
+    assert (tmp_path / "0000000000aa" / "config.json").read_text() == '{"seed": '
+    with pytest.raises(SystemExit, match="0000000000aa/config.json cannot be read"):
+        report._settings(tmp_path / "0000000000aa" / "config.json")

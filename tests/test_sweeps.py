@@ -120,3 +120,22 @@ def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exit
     assert "fl.num_clients=2000" in line and "fl.num_clients=10" not in line
     (done,) = list(results.glob("*/done.json"))
     assert pd.read_csv(done.parent / "rounds.csv")["num_clients"].tolist() == [10]
+
+
+def test_ray_cells_runs_a_repeated_configuration_once_per_results_folder(tmp_path):
+    """`-m results.dir=a,b`: the second cell computes what the first does but writes elsewhere; it was taken for a
+    repeat and never wrote into b."""
+    from omegaconf import OmegaConf, open_dict
+
+    import fl
+    from hydra_plugins.fedsqueeze_launcher.ray_cells import _computes
+
+    def cell(results, seed=0):
+        config = fl.compose(["model=mlp_small", "secagg=none", f"seed={seed}", f"results.dir={results}"])
+        with open_dict(config):
+            config.hydra = OmegaConf.create({"job": {"num": 0}})
+        return config
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert _computes(cell(a)) == _computes(cell(a)) != _computes(cell(b))
+    assert _computes(cell(a)) != _computes(cell(a, seed=1))

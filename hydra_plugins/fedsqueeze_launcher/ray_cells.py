@@ -111,7 +111,8 @@ def _check_fits(bundles: list[dict], idx: int) -> None:
 
 
 def _computes(config: DictConfig) -> str:
-    """What a cell computes (its config hash; the raw config if it does not validate: it fails on its own)."""
+    """What a cell computes and where its rows go (its config hash and results.dir; the raw config if it does not
+    validate: it fails on its own). Cells equal in both write one folder, so one runs."""
     import copy
 
     from fl.config import ConfigError, as_dict, validate
@@ -121,6 +122,6 @@ def _computes(config: DictConfig) -> str:
     with open_dict(task):
         del task["hydra"]  # as the cell's task function receives it
     try:
-        return config_hash(as_dict(validate(task)))
+        return f"{config_hash(as_dict(validate(task)))} in {os.path.abspath(str(task.results.dir))}"
     except ConfigError:
         return repr(task)

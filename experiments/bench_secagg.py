@@ -30,6 +30,7 @@ import pandas as pd
 from cryptography import __version__ as cryptography_version
 
 import secagg
+from experiments.outputs import together
 from fl import wire
 from fl.environment import cpu_model
 from secagg import shamir
@@ -301,9 +302,10 @@ def main(argv=None) -> pd.DataFrame:
     df = run(args.protocols, args.sizes, args.lengths, args.dropouts, args.budget, args.seed, args.repeats)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out.with_suffix(".csv"), index=False)
     cmd = " ".join(["python -m experiments.bench_secagg", *(sys.argv[1:] if argv is None else argv)])
-    out.with_suffix(".md").write_text(markdown(df, cmd, args.budget))
+    with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):
+        df.to_csv(csv, index=False)
+        md.write_text(markdown(df, cmd, args.budget))
     print(f"wrote {out.with_suffix('.csv')} and {out.with_suffix('.md')}")
     return df
 

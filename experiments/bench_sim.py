@@ -41,6 +41,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import bench_sweep
+from experiments.outputs import together
 from experiments.process_tree import CELL as CELL_50  # a single run's start-up, exit and memory
 from fl.environment import cpu_model
 
@@ -208,9 +209,7 @@ def main(argv=None) -> pd.DataFrame:
     fmnist_shares(table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(out.with_suffix(".csv"), index=False)
     single, sweeps = single_run(), sweep_rows(args.quick)
-    sweeps.to_csv(out.parent / (out.name + "_sweeps.csv"), index=False)
     cpu = cpu_model()
     command = "python -m experiments.bench_sim" + (" --quick" if args.quick else "")
     md = ["# Simulation speed and memory", "", f"Regenerate: `{command}` ({time.perf_counter() - started:.0f} s here)",
@@ -220,7 +219,10 @@ def main(argv=None) -> pd.DataFrame:
           __doc__.split("\n\n", 2)[2].strip(), "", *goals(table), *sweep_goals(single, sweeps), "",
           table.drop(columns=["round_times", "keep_rounds"], errors="ignore").to_markdown(index=False, floatfmt=".3f"), "", *single_run_lines(single), "",
           *sweep_lines(sweeps, args.quick)]
-    out.with_suffix(".md").write_text("\n".join(md) + "\n")
+    with together(out.with_suffix(".csv"), out.parent / (out.name + "_sweeps.csv"), out.with_suffix(".md")) as files:
+        table.to_csv(files[0], index=False)  # written last, with the rest: a run stopped mid-way replaces nothing
+        sweeps.to_csv(files[1], index=False)
+        files[2].write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return table
 

@@ -40,6 +40,7 @@ import pandas as pd
 import compression
 from compression.positions import ENCODING_NAMES, position_sizes
 from fl import wire
+from experiments.outputs import together
 from fl.environment import cpu_model
 
 RATIOS = (0.5, 0.1, 0.01, 0.001)
@@ -218,7 +219,7 @@ def stage_table(df: pd.DataFrame, workload: str) -> str:
     return "\n".join(lines)
 
 
-def write_report(df: pd.DataFrame, positions: pd.DataFrame, out: Path, command: str, wall: float,
+def write_report(df: pd.DataFrame, positions: pd.DataFrame, md: Path, command: str, wall: float,
                  load: tuple[float, float]) -> None:
     stage = {(r.workload, r.codec, r.ratio, r.stage): r.seconds for r in df.itertuples()}
     total = {key[:3]: seconds for key, seconds in stage.items() if key[3] == "total"}
@@ -288,7 +289,7 @@ def write_report(df: pd.DataFrame, positions: pd.DataFrame, out: Path, command: 
     top = df[(df.workload == ONE) & (df.codec == "topk") & (df.ratio == 0.5) & (df.stage == "total")]["bytes"].iloc[0]
     lines += ["", "Crossover: top-k at ratio 0.5 puts {:,} bytes on the wire, dense fp16 {:,} ({})."
               .format(int(top), int(dense), "top-k is larger" if top > dense else "top-k is smaller"), ""]
-    out.with_suffix(".md").write_text("\n".join(lines))
+    md.write_text("\n".join(lines))
 
 
 def main(argv=None) -> pd.DataFrame:
@@ -316,9 +317,10 @@ def main(argv=None) -> pd.DataFrame:
     positions = pd.DataFrame(position_table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out.with_suffix(".csv"), index=False)
     command = "python -m experiments.codec_bench" + (" --quick" if args.quick else "")
-    write_report(df, positions, out, command, time.perf_counter() - start, (load_start, os.getloadavg()[0]))
+    with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):
+        df.to_csv(csv, index=False)
+        write_report(df, positions, md, command, time.perf_counter() - start, (load_start, os.getloadavg()[0]))
     print(out.with_suffix(".md").read_text())
     return df
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 import fl
+from experiments.outputs import together
 from fl.errors import RunInProgress
 
 
@@ -57,7 +58,6 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
     table); returns the Markdown."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(path.with_suffix(".csv"), index=False)
     lines = [f"# {title}", "", f"Regenerate: `{command}`", "", description, "",
              "| setting | codec | ratio | secagg | positions | accuracy | Δ vs dense | upload MB | upload vs dense "
              "| download MB | s / round |", "|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -67,5 +67,7 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
                      f"| {r.accuracy_vs_dense:+.3f} | {r.bytes_up_mb:.2f} | {r.upload_vs_dense:.3f}x "
                      f"| {r.bytes_down_mb:.2f} | {r.s_per_round:.2f} |")
     md = "\n".join([*lines, *notes]) + "\n"
-    path.with_suffix(".md").write_text(md)
+    with together(path.with_suffix(".csv"), path.with_suffix(".md")) as (csv, markdown):
+        table.to_csv(csv, index=False)
+        markdown.write_text(md)
     return md

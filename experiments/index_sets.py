@@ -23,6 +23,7 @@ import pandas as pd
 import torch
 
 import fl
+from experiments.outputs import together
 from compression.blocks import BlockEnergy
 from compression.exact_summary import EnergySummary, ExactSummary
 from compression.marginals import Marginals
@@ -106,7 +107,6 @@ def main(argv=None):
     cells = rows.groupby("selection", sort=False)["summary_cells"].first()
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(out.with_suffix(".csv"), index=False)
     lines = ["# Which k positions keep a cohort's summed update", "",
              "Regenerate: `python -m experiments.index_sets`", "",
              f"Fashion-MNIST, lenet, 100 clients / 10 a round, dense FedAvg (1 local epoch, lr 0.1), k = ceil({args.ratio:g} n) "
@@ -123,7 +123,9 @@ def main(argv=None):
                      f"{r['relative_error', 'shards']:.3f} | {r['movement_sent', 'iid']:.3f} | "
                      f"{r['movement_sent', 'shards']:.3f} |")
     md = "\n".join(lines) + "\n"
-    out.with_suffix(".md").write_text(md)
+    with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, markdown):
+        rows.to_csv(csv, index=False)
+        markdown.write_text(md)
     print(md)
 
 

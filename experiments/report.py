@@ -28,6 +28,7 @@ import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
 from fl.results import finished  # noqa: E402
+from experiments.outputs import together  # noqa: E402
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
            "secagg", "index_policy", "field_bits", "other"]
@@ -596,14 +597,17 @@ def main(argv=None) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = ["base"] + ([] if _has_others(t) else ["other"]) + ([] if _has_lost(t) else LOST)
-    t.drop(columns=hidden).to_csv(out / "topk_table.csv", index=False)
     command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
-    (out / "topk_table.md").write_text(markdown(t, incomplete, args.target, command, code_versions(rows),
-                                                scope(rows), tuple(args.link)))
-    plot_accuracy_vs_ratio(runs, out / "accuracy_vs_ratio.png")
-    plot_accuracy_vs_bytes(runs, out / "accuracy_vs_bytes.png")
-    plot_accuracy_vs_round(rows, out / "accuracy_vs_round.png")
-    plot_time_breakdown(runs, out / "time_breakdown.png")
+    names = ("topk_table.csv", "topk_table.md", "accuracy_vs_ratio.png", "accuracy_vs_bytes.png",
+             "accuracy_vs_round.png", "time_breakdown.png")
+    with together(*(out / name for name in names)) as (csv, md, by_ratio, by_bytes, by_round, breakdown):
+        t.drop(columns=hidden).to_csv(csv, index=False)
+        md.write_text(markdown(t, incomplete, args.target, command, code_versions(rows), scope(rows),
+                               tuple(args.link)))
+        plot_accuracy_vs_ratio(runs, by_ratio)
+        plot_accuracy_vs_bytes(runs, by_bytes)
+        plot_accuracy_vs_round(rows, by_round)
+        plot_time_breakdown(runs, breakdown)
     print(f"report: {len(runs)} runs, {len(t)} settings, {len(incomplete)} incomplete -> {out}")
     return t
 

@@ -57,8 +57,18 @@ def code_version(root: Path | None = None) -> str:
             return "unknown"
 
 
+def usable_cpus() -> int:
+    """The cores this process may run on: a SLURM job's or a container's share, not the whole machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):  # macOS has no affinity masks
+        return os.cpu_count() or 1
+
+
 def describe(device: str, backend: str, workers: int, torch_version: str) -> dict:
-    """`torch_version`: the workers' (the driver of a Ray run does not import torch)."""
-    return {"env_cpu": cpu_model(), "env_cores": os.cpu_count(), "env_torch": torch_version, "code": code_version(),
+    """`torch_version`: the workers' (the driver of a Ray run does not import torch). Cores: those the run may
+    use (its CPU affinity), which is what its timings depend on."""
+    cores = usable_cpus()
+    return {"env_cpu": cpu_model(), "env_cores": cores, "env_torch": torch_version, "code": code_version(),
             "device": device, "backend": backend, "num_workers": workers,
-            "env": f"{device}, {backend} x{workers}, {os.cpu_count()} cores, torch {torch_version}"}
+            "env": f"{device}, {backend} x{workers}, {cores} cores, torch {torch_version}"}

@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from fl.environment import usable_cpus
+
 # Objects up to this size travel inside a call or its reply instead of through the shared-memory
 # object store (Ray's own default is 100 KiB): a round's replies of a few hundred KB are cheaper inline
 # (docs/performance.md).
@@ -21,14 +23,6 @@ SYSTEM_CONFIG = {
 }
 
 _owned = False  # whether the Ray now running was started by `start`
-
-
-def usable_cpus() -> int:
-    """The cores this process may run on: a SLURM job's or a container's share, not the whole machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):  # macOS has no affinity masks
-        return os.cpu_count() or 1
 
 
 def start(address: str | None = None) -> bool:

@@ -65,3 +65,10 @@ def test_a_package_installed_inside_another_checkout_is_not_named_by_that_checko
     inner = checkout / "venv" / "site-packages"
     inner.mkdir(parents=True)
     assert re.fullmatch(r"fedsqueeze \S+|unknown", environment.code_version(inner))
+
+
+def test_the_cores_are_those_the_run_may_use_not_the_machines(monkeypatch):
+    """Under `taskset -c 0`, or in a SLURM job's or a container's share, the row said every core of the machine."""
+    monkeypatch.setattr(environment.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    described = environment.describe("cpu", "inline", 1, "2")
+    assert described["env_cores"] == 1 and ", 1 cores, " in described["env"]

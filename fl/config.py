@@ -20,6 +20,7 @@ from compression.index_policy import SUMMARIES
 from fl.data import DATASETS, PARTITIONS, check_files
 from fl.errors import ConfigError
 from fl.results import SHARED_INDEX_KEYS
+from fl.rounds.layout import WEIGHT_BITS
 
 
 @dataclass
@@ -270,6 +271,9 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         for key in ("clip", "sketch_clip", "max_weight"):
             if not 0 < getattr(c.secagg, key) < math.inf:
                 raise ConfigError(f"secagg.{key} must be > 0 and finite, got {getattr(c.secagg, key)}")
+        if c.secagg.max_weight > 2**WEIGHT_BITS - 1:  # a client of mean size (weight 1) would round to 0
+            raise ConfigError(f"secagg.max_weight must be at most {2**WEIGHT_BITS - 1} (the weight travels in "
+                              f"{WEIGHT_BITS} bits, so a client of mean size would weigh 0), got {c.secagg.max_weight}")
         try:  # the field sum of clients_per_round inputs must not wrap: checked here, not mid-run
             secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round, field_bits(c), c.secagg.quant_bits)
         except ValueError as err:

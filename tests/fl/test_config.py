@@ -87,6 +87,7 @@ def test_run_server_refuses_unknown_keyword():
     ("fl.lr=inf", "fl.lr must be > 0 and finite"),
     ("fl.weight_decay=inf", "weight_decay"),
     ("secagg.max_weight=inf", "secagg.max_weight must be > 0 and finite, got inf"),
+    ("secagg.max_weight=1e300", r"secagg.max_weight must be at most 32767 .* a client of mean size would weigh 0"),
     ("secagg.sketch_clip=inf", "sketch_clip"),
     ("compression.prev_topk_random=nan", r"prev_topk_random \(a share of k\) must be in \[0, 1\]"),
     ("compression.prev_topk_random=2", "prev_topk_random"),

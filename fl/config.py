@@ -17,7 +17,7 @@ import compression
 import secagg
 from compression.index_policy import POLICIES as INDEX_POLICIES
 from compression.index_policy import SUMMARIES
-from fl.data import DATASETS, PARTITIONS, check_files
+from fl.data import DATASETS, INPUT_SHAPES, PARTITIONS, check_files
 from fl.errors import ConfigError
 from fl.results import SHARED_INDEX_KEYS
 from fl.rounds.layout import WEIGHT_BITS
@@ -197,6 +197,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"model.padding must be 'same' or 'valid', got {c.model.padding!r}")
     if c.model.norm not in ("group", "batch"):
         raise ConfigError(f"model.norm must be 'group' or 'batch', got {c.model.norm!r}")
+    check_feature_maps(c.model, c.dataset.name)
     if c.device != "cpu":  # any other device is checked with torch, slow to import
         from fl.models import check_device
 
@@ -300,6 +301,31 @@ def check_weights(c, samples, total: int) -> None:
         raise ConfigError(f"client {heaviest} holds {samples[heaviest]} samples, {weight:.2f} times the mean: "
                           f"masked, its FedAvg weight would be capped at secagg.max_weight={c.secagg.max_weight:g}; "
                           f"set secagg.max_weight >= {math.ceil(weight * 100) / 100:g}")
+
+
+def check_feature_maps(model, dataset: str) -> None:
+    """Refuse, before any work, convolution stages the dataset's images are too small for (torch would fail
+    building the model): a 5x5 `valid` convolution on a map under 5 pixels; and a resnet_small stage that
+    reaches 1x1 with GroupNorm groups of one channel (gcd(32, width) = width), whose every value normalizes to 0,
+    so the stage outputs its bias whatever the input. The sizes follow fl.models (digits: one 8x8 channel)."""
+    if model.name.startswith("mlp") or dataset not in INPUT_SHAPES:
+        return
+    shape = INPUT_SHAPES[dataset]
+    size = math.isqrt(shape[0]) if len(shape) == 1 else shape[-1]
+    for stage, width in enumerate(int(w) for w in model.channels):
+        if model.name != "resnet_small":  # lenet, cnn_wide
+            if model.padding == "valid" and size < 5:
+                raise ConfigError(f"model.channels={list(model.channels)} with model.padding=valid: stage {stage + 1} "
+                                  f"gets {size}x{size} maps of {dataset}, under its 5x5 kernel; use fewer stages or "
+                                  "model.padding=same")
+            size = -(-(size - (4 if model.padding == "valid" else 0)) // 2)  # the convolution, then 2x2 pooling
+        else:
+            size = size if stage == 0 else -(-size // 2)  # stride 2 from the second stage on
+            if model.norm == "group" and size == 1 and math.gcd(32, width) == width:
+                raise ConfigError(f"model.channels={list(model.channels)}: resnet_small's stage {stage + 1} is 1x1 on "
+                                  f"{dataset} and GroupNorm puts each of its {width} channels in a group of its own, "
+                                  "so it outputs its bias whatever the input; use a width 32 does not divide there, "
+                                  "or model.norm=batch")
 
 
 def field_bits(c) -> int:

@@ -97,6 +97,11 @@ def test_run_server_refuses_unknown_keyword():
     ("model.hidden=[0]", "widths must be >= 1"),
     ("model=lenet model.channels=[0,16]", "widths must be >= 1"),
     ("model=lenet model.channels=[]", r"model 'lenet' needs model.channels"),
+    # torch failed building these once the data had loaded (a 5x5 valid kernel on 2x2 maps), or they trained a
+    # network whose last stage outputs only its bias (GroupNorm groups of one value at 1x1)
+    ("model=lenet model.padding=valid", r"stage 2 gets 2x2 maps of digits, under its 5x5 kernel"),
+    ("dataset=fashion_mnist model=lenet model.padding=valid model.channels=[6,16,32]", "stage 3 gets 4x4 maps"),
+    ("model=resnet_small model.channels=[8,16,32,32]", r"stage 4 is 1x1 on digits and GroupNorm puts each of its 32"),
     ("ray.num_workers=-1", r"ray.num_workers must be >= 1 or null"),
     ("ray.num_workers=0", "ray.num_workers"),
     ("ray.num_cpus_per_worker=-1", "num_cpus_per_worker"),

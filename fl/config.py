@@ -249,7 +249,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(
             f"compression {c.compression.name!r} cannot be combined with masking: pairwise masks cancel only "
             f"position by position; use {', '.join(MASKABLE)} (a shared index set) or a linear codec "
-            "(countsketch), or compression.client=false")
+            f"({', '.join(n for n in compression.names() if getattr(compression.get(n), 'linear', False))}), or "
+            "compression.client=false")
     if c.compression.residual_dtype not in ("float32", "float16"):
         raise ConfigError(f"compression.residual_dtype must be float32 or float16, got {c.compression.residual_dtype!r}")
     if c.compression.sketch_rows < 1 or not 0 < c.compression.sketch_cols_per_k < math.inf:

@@ -38,6 +38,11 @@ NEUTRAL = ("seed", "backend", "device", "ray.", "results.", "dataset.root", "dat
 CODEC = ("compression.", "secagg.")
 MASKING_ONLY = ("secagg.", "compression.index_policy", "compression.fresh_summary", "compression.block_size",
                 "compression.sketch_", "compression.prev_topk_random")  # inert without masking
+CONDITIONS = ("secagg.dropout",)  # under secagg, but what the clients do, masked or not: part of a line's baseline
+
+
+def _under(key: str, prefixes: tuple[str, ...]) -> bool:
+    return key.startswith(prefixes) and key not in CONDITIONS
 BASELINE = ["env", "dataset", "partition", "model"]
 # what a key meant in a config.json written before the key existed
 BEFORE_KEYS = {f"{group}.{key}": json.dumps(value) for (group, key), value in RESULTS_NEUTRAL.items()}
@@ -91,8 +96,8 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         rows["code"] = UNRECORDED
     rows["code"] = rows["code"].astype(object).fillna(UNRECORDED)
     rows["other"] = rows["run_id"].map(other_settings(rows, configs))
-    # what a line shares with its dense baseline: everything but the codec and the masking
-    rows["base"] = rows["run_id"].map({r: json.dumps({k: v for k, v in c.items() if not k.startswith(CODEC)},
+    # what a line shares with its dense baseline: everything but the codec and the masking (dropouts included)
+    rows["base"] = rows["run_id"].map({r: json.dumps({k: v for k, v in c.items() if not _under(k, CODEC)},
                                                      sort_keys=True) for r, c in configs.items()})
     return rows, incomplete
 
@@ -142,7 +147,7 @@ def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> di
         cfgs = [configs.get(r, {}) for r in g["run_id"]]
         masked = g["secagg"].iloc[0] != "none"
         keys = {k for k in set.intersection(*(set(c) for c in cfgs))
-                if len({c[k] for c in cfgs}) > 1 and (masked or not k.startswith(MASKING_ONLY))}
+                if len({c[k] for c in cfgs}) > 1 and (masked or not _under(k, MASKING_ONLY))}
         found.update(dict.fromkeys(g["run_id"], keys))
     other = {}
     for _, g in runs.groupby(["dataset", "partition", "model", "length"], dropna=False):
@@ -150,7 +155,7 @@ def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> di
         for run_id, masked in zip(g["run_id"], g["secagg"] != "none"):
             cfg = configs.get(run_id, {})
             other[run_id] = ", ".join(f"{k}={_plain(cfg[k])}" for k in keys
-                                      if k in cfg and (masked or not k.startswith(MASKING_ONLY)))
+                                      if k in cfg and (masked or not _under(k, MASKING_ONLY)))
     return other
 
 

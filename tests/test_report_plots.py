@@ -255,12 +255,13 @@ def test_a_setting_run_at_one_value_of_a_swept_key_still_names_it(tmp_path):
                    config(momentum, dropout))
     plain = [dict(r, run_id="p", secagg="none", index_policy="per-client", field_bits=np.nan)
              for r in _rows("p", 0, 20, 0.7)]
-    _write_run(tmp_path, "p", plain, config(0.5, 0.3))  # a masking key is not named for an unmasked run
+    _write_run(tmp_path, "p", plain, config(0.5, 0.3))  # dropouts act on an unmasked run too: named for it
     rows, _ = report.load([str(tmp_path)])
     other = rows.groupby("run_id")["other"].first().to_dict()
     assert other == {"a": "fl.server_momentum=0.0, secagg.dropout=0.0",
                      "b": "fl.server_momentum=0.5, secagg.dropout=0.2",
-                     "c": "fl.server_momentum=0.5, secagg.dropout=0.0", "p": "fl.server_momentum=0.5"}
+                     "c": "fl.server_momentum=0.5, secagg.dropout=0.0",
+                     "p": "fl.server_momentum=0.5, secagg.dropout=0.3"}
 
 
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # plot is replaced: nothing to put in a legend
@@ -461,3 +462,20 @@ def test_a_label_names_its_folder_however_spelt_and_one_for_a_folder_not_reporte
     assert "fashion_mnist_seed3" in (tmp_path / "out" / "topk_table.md").read_text()
     with pytest.raises(SystemExit, match="--label names a folder not reported: other"):
         report.main(["runs", "--label", "other=x", "--out", "out"])
+
+
+def test_a_masked_line_under_dropouts_is_compared_with_the_dense_baseline_under_the_same_dropouts(tmp_path):
+    """secagg.dropout acts on plain rounds too: it is part of a line's baseline, not of its masking."""
+    def dense(name, dropout, accuracy):
+        rows = [dict(r, run_id=name, compression="none", ratio=1.0, secagg="none", index_policy="dense",
+                     field_bits=np.nan) for r in _rows(name, 0, 20, accuracy)]
+        _write_run(tmp_path, name, rows, _config(dropout=dropout))
+
+    dense("d0", 0.0, 0.8)
+    dense("d5", 0.05, 0.7)
+    _write_run(tmp_path, "m5", _rows("m5", 0, 20, 0.65), _config(dropout=0.05))
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6))
+    masked = t[t["secagg"] == "dh"].iloc[0]
+    assert masked["accuracy_change"] == pytest.approx(-0.05) and "secagg.dropout=0.05" in masked["other"]
+    assert sorted(t[t["secagg"] == "none"]["other"]) == ["secagg.dropout=0.0", "secagg.dropout=0.05"]

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
@@ -30,7 +29,7 @@ import pandas as pd
 from cryptography import __version__ as cryptography_version
 
 import secagg
-from experiments.outputs import together
+from experiments.outputs import check_target, command_line, together
 from fl import wire
 from fl.environment import cpu_model
 from secagg import shamir
@@ -297,12 +296,14 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=3, help="representative-client runs per cell (median)")
     ap.add_argument("--out", default="results/bench_secagg")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    cmd = command_line("experiments.bench_secagg", argv)
+    check_target(Path(args.out).with_suffix(".md"), cmd, args.force)
     print(f"machine: {machine()}", flush=True)
     df = run(args.protocols, args.sizes, args.lengths, args.dropouts, args.budget, args.seed, args.repeats)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = " ".join(["python -m experiments.bench_secagg", *(sys.argv[1:] if argv is None else argv)])
     with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):
         df.to_csv(csv, index=False)
         md.write_text(markdown(df, cmd, args.budget))

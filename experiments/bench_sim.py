@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 
 from experiments import bench_sweep
-from experiments.outputs import together
+from experiments.outputs import check_target, command_line, together
 from experiments.process_tree import CELL as CELL_50  # a single run's start-up, exit and memory
 from fl.environment import cpu_model
 
@@ -174,12 +174,15 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per cell before it is skipped")
     ap.add_argument("--out", default="results/bench_sim")
     ap.add_argument("--cell", help=argparse.SUPPRESS)
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
     if args.cell:  # child process: one cell, result as JSON on the last line
         with tempfile.TemporaryDirectory() as tmp:
             print(json.dumps(run_cell(json.loads(args.cell), args.rounds, tmp)), flush=True)
         gc.freeze()  # as simulate.py does: no final collection of the process's objects at exit
         return None
+    command = command_line("experiments.bench_sim", argv)
+    check_target(Path(args.out).with_suffix(".md"), command, args.force)
     out_rows = []
     started, load = time.perf_counter(), os.getloadavg()
     for cell in cells(args.quick):
@@ -211,7 +214,6 @@ def main(argv=None) -> pd.DataFrame:
     out.parent.mkdir(parents=True, exist_ok=True)
     single, sweeps = single_run(), sweep_rows(args.quick)
     cpu = cpu_model()
-    command = "python -m experiments.bench_sim" + (" --quick" if args.quick else "")
     md = ["# Simulation speed and memory", "", f"Regenerate: `{command}` ({time.perf_counter() - started:.0f} s here)",
           "", f"Machine: {os.cpu_count()} cores, {cpu}; Ray workers, one per core; digits. Load average "
           f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: other jobs share this machine, so "

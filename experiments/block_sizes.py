@@ -9,9 +9,10 @@ The Fashion-MNIST table's setting (+experiment=fmnist_table: lenet, 100 clients 
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 
 from experiments.grid import run_grid, summarize, write
+from experiments.outputs import check_target, command_line
 
 DENSE = "dense (no masking, no compression)"
 # (entries per block, bits of each summary cell; null: secagg.quant_bits, 16), error feedback
@@ -42,11 +43,14 @@ def main(argv=None):
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/fmnist/block_runs")
     ap.add_argument("--out", default="results/block_sizes_fmnist")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    command = command_line("experiments.block_sizes", argv)
+    check_target(Path(args.out).with_suffix(".md"), command, args.force)
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)
     table = summarize(runs, f"{args.partitions[0]}: {DENSE}")
     print(write(table, args.out, "Masked top-k on Fashion-MNIST against its `fresh` summary: blocks of each size, and marginals",
-                " ".join(["python -m experiments.block_sizes", *(sys.argv[1:] if argv is None else argv)]),
+                command,
                 "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 rounds, "
                 f"ratio {args.ratio}, client and server top-k, `dh` masking with the `fresh` index set: a first masked "
                 "exchange of each client's block energies (sums of squares of its error-corrected update per block "

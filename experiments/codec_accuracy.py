@@ -10,10 +10,11 @@ feedback on for biased codecs. Dense codecs (fp16, int8, qsgd) ignore the ratio.
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 
 import compression
 from experiments.grid import run_grid, summarize, write
+from experiments.outputs import check_target, command_line
 
 DENSE = "dense"
 
@@ -37,10 +38,13 @@ def main(argv=None):
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/runs")
     ap.add_argument("--out", default="results/codec_accuracy")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    command = command_line("experiments.codec_accuracy", argv)
+    check_target(Path(args.out).with_suffix(".md"), command, args.force)
     table = summarize(run_grid(settings(args.ratio), args.seeds, args.backend, args.runs_dir), DENSE)
     print(write(table, args.out, f"Every codec at ratio {args.ratio:g} against dense",
-                " ".join(["python -m experiments.codec_accuracy", *(sys.argv[1:] if argv is None else argv)]),
+                command,
                 __doc__.split("\n\n", 2)[2].strip()))
     return table
 

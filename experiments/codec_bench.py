@@ -40,7 +40,7 @@ import pandas as pd
 import compression
 from compression.positions import ENCODING_NAMES, position_sizes
 from fl import wire
-from experiments.outputs import together
+from experiments.outputs import check_target, command_line, together
 from fl.environment import cpu_model
 
 RATIOS = (0.5, 0.1, 0.01, 0.001)
@@ -298,7 +298,10 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--reps", type=int, default=25, help="repetitions for the 100-message workload")
     ap.add_argument("--large-reps", type=int, default=5, help="repetitions for the 1e7 workload")
     ap.add_argument("--out", default="results/codec_bench")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    command = command_line("experiments.codec_bench", argv)
+    check_target(Path(args.out).with_suffix(".md"), command, args.force)
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     rows, position_table = [], []
     for workload, arrays in workloads(args.quick):
@@ -317,7 +320,6 @@ def main(argv=None) -> pd.DataFrame:
     positions = pd.DataFrame(position_table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    command = "python -m experiments.codec_bench" + (" --quick" if args.quick else "")
     with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):
         df.to_csv(csv, index=False)
         write_report(df, positions, md, command, time.perf_counter() - start, (load_start, os.getloadavg()[0]))

@@ -12,12 +12,13 @@ digits, 10 IID clients, 20 rounds, mlp_large, ratio 0.01 and 0.1, seeds 0-2, run
 from __future__ import annotations
 
 import argparse
-import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from experiments.grid import run_grid, summarize, write
+from experiments.outputs import check_target, command_line
 
 DENSE = "dense (no masking, no compression)"
 
@@ -70,14 +71,17 @@ def main(argv=None):
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/runs")
     ap.add_argument("--out", default="results/field_bits")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    command = command_line("experiments.field_bits", argv)
+    check_target(Path(args.out).with_suffix(".md"), command, args.force)
     ratios = args.ratios if args.against is None or args.against in args.ratios else [args.against, *args.ratios]
     runs = run_grid(settings(ratios, args.widths, args.summary_bits), args.seeds, args.backend, args.runs_dir)
     if args.against is not None and args.against not in args.ratios:  # its per-client runs only: no masked row
         runs = runs[~((runs.ratio == args.against) & (runs.secagg != "none"))]
     table = summarize(runs, DENSE)
     md = write(table, args.out, "Masked top-k against the width of its field",
-               " ".join(["python -m experiments.field_bits", *(sys.argv[1:] if argv is None else argv)]),
+               command,
                "digits, 10 IID clients (all per round), 20 rounds, mlp_large (501,270 parameters), client and "
                "server top-k with error feedback, index policy `fresh`; final accuracy, mean ± std over seeds "
                f"{', '.join(map(str, args.seeds))}; bytes are run totals counted from the serialized messages. "

@@ -12,8 +12,10 @@ ran are reused). Client and server compression and error feedback on; finished r
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from experiments.grid import run_grid, summarize, write
+from experiments.outputs import check_target, command_line
 
 DENSE = "dense (no masking, no compression)"
 
@@ -57,14 +59,17 @@ def main(argv=None):
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir")
     ap.add_argument("--out")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
     p = PRESETS[args.preset]
+    command = command_line("experiments.index_policies", argv)
+    check_target(Path(args.out or p["out"]).with_suffix(".md"), command, args.force)
     ratios, seeds = args.ratios or p["ratios"], args.seeds or p["seeds"]
     runs = run_grid(settings(ratios, p["base"], p["partitions"]), seeds, args.backend, args.runs_dir or p["runs_dir"])
     dense = DENSE if p["partitions"] == [None] else f"{p['partitions'][0]}: {DENSE}"
     table = summarize(runs, dense)
     print(write(table, args.out or p["out"], "Shared index policies under masking vs. per-client top-k",
-                "python -m experiments.index_policies" + ("" if args.preset == "digits" else f" --preset {args.preset}"),
+                command,
                 f"{p['setting']}, client and server top-k with error feedback; final accuracy, mean ± std over "
                 f"seeds {', '.join(map(str, seeds))}; bytes are run totals (mean over seeds) counted from the "
                 "serialized messages, upload against the first dense row; s / round is the median wall time of "

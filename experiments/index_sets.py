@@ -23,7 +23,7 @@ import pandas as pd
 import torch
 
 import fl
-from experiments.outputs import together
+from experiments.outputs import check_target, command_line, together
 from compression.blocks import BlockEnergy
 from compression.exact_summary import EnergySummary, ExactSummary
 from compression.marginals import Marginals
@@ -100,7 +100,10 @@ def main(argv=None):
     ap.add_argument("--ratio", type=float, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="results/index_sets_fmnist")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    command = command_line("experiments.index_sets", argv)
+    check_target(Path(args.out).with_suffix(".md"), command, args.force)
     rows = pd.concat([measure(scheme, args.ratio, args.seed) for scheme in ("iid", "shards")])
     table = rows.pivot_table(index="selection", columns="partition", values=["relative_error", "movement_sent"],
                              aggfunc="mean", sort=False)
@@ -108,7 +111,7 @@ def main(argv=None):
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# Which k positions keep a cohort's summed update", "",
-             "Regenerate: `python -m experiments.index_sets`", "",
+             f"Regenerate: `{command}`", "",
              f"Fashion-MNIST, lenet, 100 clients / 10 a round, dense FedAvg (1 local epoch, lr 0.1), k = ceil({args.ratio:g} n) "
              f"of 107,786; relative error |U - U_hat|^2 / |U|^2 of each approximation of the cohort's summed update U, "
              f"one round at a time without error feedback, mean over rounds {', '.join(map(str, MEASURED))}, seed "

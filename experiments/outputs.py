@@ -3,6 +3,8 @@ crash or Ctrl-C mid-way leaves the committed set as it was, never a new CSV besi
 from __future__ import annotations
 
 import os
+import re
+import sys
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -20,3 +22,22 @@ def together(*paths: Path):
         raise
     for temp, path in zip(temps, paths):
         os.replace(temp, path)
+
+
+def check_target(md: Path, command: str, force: bool = False) -> None:
+    """Before any work: refuse to replace a table that another command made (other seeds, `--quick`, other
+    ratios), which would silently put a different table where the committed one was. Its own command, another
+    `--out`, or `--force` (which is not part of the command) write."""
+    md = Path(md)
+    if force or not md.exists():
+        return
+    made = re.search(r"^Regenerate: `([^`]*)`", md.read_text(), re.MULTILINE)
+    if made and made.group(1) != command:
+        raise SystemExit(f"{md} was made by `{made.group(1)}`, not `{command}`: this would replace that table with "
+                         "another. Rerun its own command to regenerate it, write elsewhere with --out, or add --force")
+
+
+def command_line(module: str, argv) -> str:
+    """`python -m <module> <args>` as the table records it (without --force)."""
+    args = sys.argv[1:] if argv is None else list(argv)
+    return " ".join(["python -m " + module, *(a for a in args if a != "--force")])

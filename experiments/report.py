@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
 from fl.results import finished  # noqa: E402
-from experiments.outputs import together  # noqa: E402
+from experiments.outputs import check_target, command_line, together  # noqa: E402
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
            "secagg", "index_policy", "field_bits", "other"]
@@ -588,12 +588,15 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--link", action="append", default=[], type=parse_link, metavar="UP,DOWN,RTT",
                     help="add a client's wire seconds per round over a link of UP and DOWN Mbit/s and an RTT in ms "
                          "(repeatable)")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
     labels = dict(item.split("=", 1) for item in args.label)
     reported = {_folder(d) for d in args.dirs}
     unknown = sorted(k for k in labels if _folder(k) not in reported)
     if unknown:
         raise SystemExit(f"--label names a folder not reported: {', '.join(unknown)} (folders: {', '.join(args.dirs)})")
+    command = command_line("experiments.report", argv)
+    check_target(Path(args.out) / "topk_table.md", command, args.force)
     rows, incomplete = load(args.dirs, {_folder(k): v for k, v in labels.items()})
     runs = per_run(rows, args.target)
     t = table(runs)
@@ -602,7 +605,6 @@ def main(argv=None) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = ["base"] + ([] if _has_others(t) else ["other"]) + ([] if _has_lost(t) else LOST)
-    command = "python -m experiments.report " + " ".join(sys.argv[1:] if argv is None else argv)
     names = ("topk_table.csv", "topk_table.md", "accuracy_vs_ratio.png", "accuracy_vs_bytes.png",
              "accuracy_vs_round.png", "time_breakdown.png")
     with together(*(out / name for name in names)) as (csv, md, by_ratio, by_bytes, by_round, breakdown):

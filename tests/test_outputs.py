@@ -25,3 +25,29 @@ def test_the_files_are_replaced_once_all_are_written_and_keep_their_suffix(tmp_p
         assert not csv.exists()
     assert csv.read_text() == "a,b\n" and png.read_bytes() == b"png"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "t.csv"]
+
+
+def test_a_table_made_by_another_command_is_not_replaced_unless_forced(tmp_path, capsys):
+    """A narrower rerun (one seed, --quick) to a committed table's path replaced it silently."""
+    from experiments.outputs import check_target, command_line
+
+    md = tmp_path / "t.md"
+    md.write_text("# A table\n\nRegenerate: `python -m experiments.field_bits --seeds 0 1 2` (60 s here)\n")
+    check_target(md, command_line("experiments.field_bits", ["--seeds", "0", "1", "2"]))  # its own command
+    narrower = command_line("experiments.field_bits", ["--seeds", "0"])
+    with pytest.raises(SystemExit, match=r"was made by `python -m experiments.field_bits --seeds 0 1 2`, not "
+                                         r"`python -m experiments.field_bits --seeds 0`"):
+        check_target(md, narrower)
+    check_target(md, narrower, force=True)
+    check_target(tmp_path / "elsewhere.md", narrower)  # a new path
+    assert command_line("experiments.report", ["runs", "--force"]) == "python -m experiments.report runs"
+
+
+def test_the_report_refuses_to_replace_another_commands_table_before_reading_any_run(tmp_path):
+    from experiments import report
+
+    out = tmp_path / "table"
+    out.mkdir()
+    (out / "topk_table.md").write_text("# Top-k results\n\nRegenerate: `python -m experiments.report a --out x`\n")
+    with pytest.raises(SystemExit, match="was made by"):
+        report.main([str(tmp_path / "no-such-folder"), "--out", str(out)])  # refused before the folder is read

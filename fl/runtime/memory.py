@@ -4,7 +4,8 @@
 146 MB of their pages become resident in every process (here), although a CPU run never executes them.
 Pages of a mapping that are all clean and file-backed hold exactly the file's bytes: madvise(MADV_DONTNEED)
 drops them from this process, and if the code is ever needed it faults back in from the file. Mappings
-with any private or anonymous page (relocated data) are left alone. Linux only; elsewhere nothing is done.
+with any private or anonymous page (relocated data), or any page swapped out (it could be a private copy), are
+left alone. Linux only; elsewhere nothing is done.
 """
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ def clean_mappings(pattern: re.Pattern = GPU_LIBRARIES) -> list[tuple[int, int, 
             key, _, value = line.partition(":")
             if key == "Rss":
                 current[2] = int(value.split()[0]) * 1024
-            elif key in ("Private_Dirty", "Shared_Dirty", "Anonymous") and int(value.split()[0]):
+            elif key in ("Private_Dirty", "Shared_Dirty", "Anonymous", "Swap") and int(value.split()[0]):
                 current[3] = False
     return [(start, end, rss) for start, end, rss, clean in out if clean and rss]
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from typing import Iterator
 
 import numpy as np
@@ -137,7 +138,12 @@ class RayPool:
         if data is not self._source:
             self._data, self._source = self._ray.put(data), data
         self._plan = self._ray.put(plan)
-        self._ray.get([w.attach.remote(self._data, self._plan) for w in self.workers])
+        for w, ref in enumerate([w.attach.remote(self._data, self._plan) for w in self.workers]):
+            try:
+                self._ray.get(ref)
+            except self._ray.exceptions.RayActorError:  # died since the last cell of a warm pool: replaced here
+                self.dead.add(w)
+        self._ray.get(self._replace_dead())
         if not self._probed:
             self._share_replies()
             self._probed = True
@@ -215,13 +221,20 @@ class RayPool:
         """Replace dead actors with fresh ones (the clients they held lose their state, as a device would);
         returns the workers replaced (their model must be caught up)."""
         revived = sorted(self.dead)
-        for w in revived:
-            self._forget_replies(w)  # the fresh actor replies through Ray
+        self._replace_dead()  # each fresh actor's attach runs before any later call to it
+        return revived
+
+    def _replace_dead(self) -> list:
+        """A fresh actor for each dead one (replying through Ray), given the run's data and plan; the refs of
+        those attach calls."""
+        refs = []
+        for w in sorted(self.dead):
+            self._forget_replies(w)
             self.workers[w] = self._actor.remote(self._device, w)
             if self._data is not None:
-                self.workers[w].attach.remote(self._data, self._plan)  # runs before any later call to this actor
+                refs.append(self.workers[w].attach.remote(self._data, self._plan))
         self.dead.clear()
-        return revived
+        return refs
 
     def _forget_replies(self, w: int) -> None:
         self._reader.drop(w)
@@ -234,8 +247,31 @@ class RayPool:
             self._ray.kill(w)
         self.workers = []
         self._data = self._plan = self._source = None
+        _wait_exited(self._shared.values())  # ray.kill returns first: a worker mid-call could still grow its buffer
         for w in list(self._shared):
             self._forget_replies(w)
+
+
+def _wait_exited(pids, seconds: float = 5.0) -> None:
+    """Until these processes of this machine have exited (or are zombies), for at most `seconds` in all."""
+    deadline = time.monotonic() + seconds
+    for pid in pids:
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.005)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+    except OSError:  # no /proc (macOS): whether the pid exists
+        try:
+            os.kill(pid, 0)
+            return True
+        except OSError:
+            return False
 
 
 def _check_fits(have: dict, size: int, num_cpus: float, num_gpus: float) -> None:

@@ -37,6 +37,8 @@ from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_loca
 release_gpu_libraries()
 
 
+_frozen = False  # whether this process's long-lived objects were frozen (gc.freeze, at a worker's first attach)
+
 class Worker:
     """Created before the data exists (so a Ray worker imports torch while the driver loads the data),
     then `attach`ed to the run's dataset, loaded once by the driver and shared read-only, and its plan."""
@@ -47,7 +49,6 @@ class Worker:
         self.worker_id = worker_id
         self.plan = None
         self.replies: ReplyBuffer | None = None  # shared-memory replies, when the driver can map them
-        self.frozen = False  # whether this process's long-lived objects were frozen (gc.freeze, first attach)
 
     def attach(self, data: Dataset, plan) -> int:
         """Take the run's dataset (never reloaded here) and plan; returns the parameter count. Attached
@@ -83,12 +84,13 @@ class Worker:
         self.feedback = compression.ErrorFeedback(p.client_codec)
         self.policy = p.index_policy()  # public: a worker needs only its sketch hashes
         self.linear_cells = p.linear.table_size(p.length) if p.linear is not None else 0
-        if _in_ray_worker() and not self.frozen:
+        global _frozen
+        if _in_ray_worker() and not _frozen:
             # What exists now (torch and everything the first cell imported) lives as long as this process:
-            # keep it out of every later collection, including the one at exit. Only once: a warm pool's later
-            # cells stay collectable, and freed objects of this cell go by reference counting all the same.
+            # keep it out of every later collection, including the one at exit. Once per process: a warm pool's
+            # later cells, and later Workers of a Ray task process that ray_cells reuses, stay collectable.
             gc.freeze()
-            self.frozen = True
+            _frozen = True
         return p.length
 
     @staticmethod
@@ -103,7 +105,7 @@ class Worker:
 
     def _forget(self) -> None:
         """Everything but the worker's identity and reply buffer goes: model, data, clients' state."""
-        for name in [name for name in vars(self) if name not in ("worker_id", "replies", "frozen")]:
+        for name in [name for name in vars(self) if name not in ("worker_id", "replies")]:
             delattr(self, name)
         self.plan = None
         if _in_ray_worker():

@@ -37,3 +37,15 @@ def test_only_clean_file_backed_mappings_are_candidates():
         if re.search(r"^(Private_Dirty|Anonymous):\s+[1-9]", block, re.M):
             dirty.add(start)
     assert not dirty & {start for start, _, _ in memory.clean_mappings(re.compile(r"\.so"))}
+
+
+def test_a_mapping_with_a_page_swapped_out_is_not_clean(monkeypatch):
+    """A copied-on-write page that went to swap shows only in `Swap:`; MADV_DONTNEED would drop that copy."""
+    import io
+
+    smaps = ("7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /usr/lib/libtorch_cuda.so\n"
+             "Rss:                   4 kB\nPrivate_Dirty:         0 kB\nAnonymous:             0 kB\nSwap:                  4 kB\n"
+             "7f0000002000-7f0000003000 r-xp 00000000 08:01 1 /usr/lib/libtorch_cuda.so\n"
+             "Rss:                   4 kB\nPrivate_Dirty:         0 kB\nAnonymous:             0 kB\nSwap:                  0 kB\n")
+    monkeypatch.setattr(memory, "open", lambda path: io.StringIO(smaps), raising=False)
+    assert memory.clean_mappings() == [(0x7f0000002000, 0x7f0000003000, 4096)]

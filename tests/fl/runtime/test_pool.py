@@ -109,3 +109,43 @@ def test_the_refusal_names_the_share_of_the_cores_that_fits():
     _check_fits({"CPU": 2.0, "GPU": 1.0}, 4, 0.5, 0.25)
     with pytest.raises(ConfigError, match="needs 2 GPUs and this Ray has 1, .*ray.num_gpus_per_worker=0.25"):
         _check_fits({"CPU": 8.0, "GPU": 1.0}, 4, 1.0, 0.5)
+
+
+def test_a_worker_that_died_between_two_cells_is_replaced_when_the_pool_is_attached_again(ray_session):
+    """A warm pool reused by the next cell: the death was seen only at attach, which raised ActorDiedError and
+    failed the cell."""
+    from fl.runtime.pool import RayPool
+    from fl.server import Broadcaster
+
+    data, plan = _digits_plan()
+    broadcast = Broadcaster(plan).encode(0, np.zeros(plan.length, np.float32))
+    pool = RayPool("cpu", 2, 1.0, 0.0)
+    try:
+        pool.attach(data, plan)
+        _kill(ray_session, pool.workers[1])  # between the cells
+        pool.attach(data, plan)  # the next cell
+        assert pool.dead == set() and set(pool._shared) == {0}  # the fresh worker 1 replies through Ray
+        replies = pool.call(plain.client_round, {0: (broadcast, 0, [], None), 1: (broadcast, 0, [], None)})
+        assert replies[0] is not None and replies[1] is not None
+    finally:
+        pool.close()
+
+
+def test_close_waits_for_its_workers_to_exit_before_removing_their_reply_buffers(ray_session):
+    """ray.kill returns before the process ends: a worker still in a call could create a buffer after the driver
+    had removed the leftovers, and it stayed in /dev/shm."""
+    import os
+
+    from fl.runtime import pool as pools
+
+    data, plan = _digits_plan()
+    pool = pools.RayPool("cpu", 2, 1.0, 0.0)
+    pids = []
+    try:
+        pool.attach(data, plan)
+        pids = list(pool._shared.values())
+        assert len(pids) == 2 and all(pools._running(pid) for pid in pids)
+    finally:
+        pool.close()
+    assert not any(pools._running(pid) for pid in pids)  # closed only once they were gone
+    assert not [f for f in os.listdir("/dev/shm") if any(f.startswith(f"fedsqueeze-replies-{pid}-") for pid in pids)]

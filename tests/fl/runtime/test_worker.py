@@ -32,17 +32,23 @@ def test_a_warm_worker_freezes_once_and_releases_each_last_cell_when_attached_ag
     from fl.data import load_dataset
 
     monkeypatch.setattr(worker_module, "_in_ray_worker", lambda: True)
+    monkeypatch.setattr(worker_module, "_frozen", False)
     try:
         cfg, plan, [w] = attached_workers(["model=mlp_small", "secagg=none", "fl.num_clients=4",
                                            "fl.clients_per_round=4"])
         first = weakref.ref(w.model)
-        assert w.frozen and not any(o is w.model for o in gc.get_objects())  # frozen: out of every collection
+        assert worker_module._frozen and not any(o is w.model for o in gc.get_objects())  # out of every collection
         data = load_dataset(cfg.dataset, cfg.seed)
         w.attach(data, plan)
         second = weakref.ref(w.model)
         assert first() is None  # released by reference counting although it was frozen
         assert any(o is w.model for o in gc.get_objects())  # not frozen: collectable like any object
         w.attach(data, plan)
-        assert second() is None and w.frozen
+        assert second() is None and worker_module._frozen
+        # a ray_cells task process runs each inline cell's pool in new Workers: they freeze nothing more
+        frozen = gc.get_freeze_count()
+        _, _, [again] = attached_workers(["model=mlp_small", "secagg=none", "fl.num_clients=4",
+                                          "fl.clients_per_round=4"])
+        assert gc.get_freeze_count() <= frozen and any(o is again.model for o in gc.get_objects())
     finally:
         gc.unfreeze()

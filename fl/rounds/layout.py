@@ -1,5 +1,6 @@
 """The masked vector's layout, owned in one place: [k weighted values at the shared index set | the FedAvg
-weight | table cells (a sketch, or a linear codec's table)], every part in fixed point in the field Z_{2^b}.
+weight (in `fresh`'s first exchange a unit weight: its sum counts the clients) | table cells (a sketch, or a
+linear codec's table)], every part in fixed point in the field Z_{2^b}.
 Clients quantize the parts (in this order, from one generator), the server unpacks the masked sum.
 
 Each part has quant_bits signed bits per client, so b = the narrowest width in which the cohort's sum cannot

@@ -23,22 +23,27 @@ SYSTEM_CONFIG = {
 }
 
 _owned = False  # whether the Ray now running was started by `start`
+_address: str | None = None  # the address that Ray was started with (None: a local Ray)
 
 
 def start(address: str | None = None) -> bool:
-    """Start Ray (no dashboard; `address` joins a running cluster) unless it is already running.
+    """Start Ray (no dashboard; `address` joins a running cluster) unless it is already running. A Ray this
+    module started for another address (a sweep's warm Ray, then a cell with another `ray.address`) is stopped
+    and started again for this one: the cell would otherwise run where it did not ask to.
 
     Returns whether the Ray now running is ours to shut down (started here and not yet stopped).
     """
-    global _owned
+    global _owned, _address
     import ray
 
+    if ray.is_initialized() and _owned and (address or None) != _address:
+        stop()
     if not ray.is_initialized():
         if not address:
             _workers_import_project()
         local = {} if address else {"num_cpus": usable_cpus(), "_system_config": SYSTEM_CONFIG}
         ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
-        _owned = True
+        _owned, _address = True, address or None
         if not address:
             _stop_autoscaler_monitor(ray)  # a local fixed-size Ray: nothing to autoscale
     return _owned

@@ -19,3 +19,25 @@ def test_an_unset_path_becomes_the_checkout(monkeypatch):
     monkeypatch.delenv("PYTHONPATH", raising=False)
     raystart._workers_import_project()
     assert os.environ["PYTHONPATH"] == ROOT
+
+
+def test_a_ray_started_for_another_address_is_started_again_for_this_one(monkeypatch):
+    """A sweep's warm local Ray, then a cell with ray.address=auto: the cell ran on the local Ray."""
+    import sys
+    from types import SimpleNamespace
+
+    calls = []
+    state = {"up": False}
+    fake = SimpleNamespace(is_initialized=lambda: state["up"],
+                           init=lambda address=None, **kw: (calls.append(("init", address)), state.update(up=True)),
+                           shutdown=lambda: (calls.append(("shutdown",)), state.update(up=False)))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(raystart, "_owned", False)
+    monkeypatch.setattr(raystart, "_address", None)
+    monkeypatch.setattr(raystart, "_workers_import_project", lambda: None)
+    monkeypatch.setattr(raystart, "_stop_autoscaler_monitor", lambda ray: None)
+    assert raystart.start(None) and raystart.start(None)  # the local Ray, kept for the next local cell
+    assert raystart.start("auto")  # another address: stopped, and started again there
+    assert calls == [("init", None), ("shutdown",), ("init", "auto")]
+    monkeypatch.setattr(raystart, "_owned", False)  # a Ray someone else started is never stopped here
+    assert not raystart.start(None) and calls[-1] == ("init", "auto")

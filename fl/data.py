@@ -15,10 +15,12 @@ import os
 import shutil
 import zlib
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from fl.errors import ConfigError
+from fl.results import write_atomic
 
 DATASETS = ("digits", "mnist", "fashion_mnist", "cifar10")
 PARTITIONS = ("iid", "dirichlet", "shards", "labels")
@@ -207,7 +209,7 @@ def readable_root(name: str, found: Located, cache: str | None) -> str:
         if os.path.isfile(dst) and _read(dst + ".source") == stamp:
             continue
         _unpack(source, dst, f in found.gz)
-        _write_atomic(dst + ".source", stamp)  # after the copy: a copy without its stamp is made again
+        write_atomic(Path(dst + ".source"), stamp)  # after the copy: a copy without its stamp is made again
     return root
 
 
@@ -224,13 +226,6 @@ def _read(path: str) -> str | None:
             return fh.read()
     except (OSError, UnicodeDecodeError):
         return None
-
-
-def _write_atomic(path: str, text: str) -> None:
-    tmp = f"{path}.partial-{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
 
 
 def check_files(name: str, root: str, system_dirs=()) -> None:

@@ -166,7 +166,7 @@ class RunLog:
             self.path.rename(self.dir / f"rounds.incomplete-{_run_id_of(self.path) or self.run_id}.csv")
         if self.done_path.exists():  # a done.json whose rows are gone or do not match it: kept, never trusted
             self.done_path.rename(self.dir / f"done.unmatched-{self.run_id}.json")
-        _write_atomic(self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True))
+        write_atomic(self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True))
         self._file = open(self.path, "x", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
         self._writer.writeheader()
@@ -181,7 +181,7 @@ class RunLog:
             self._file.flush()
             os.fsync(self._file.fileno())
         self.close()
-        _write_atomic(self.done_path, json.dumps(summary, indent=2, sort_keys=True))
+        write_atomic(self.done_path, json.dumps(summary, indent=2, sort_keys=True))
 
     def fail(self, error: str) -> None:
         self.close()
@@ -209,7 +209,9 @@ def finished(folder: Path) -> bool:
             and all(None not in row.values() and None not in row for row in rows))
 
 
-def _write_atomic(path: Path, text: str) -> None:
+def write_atomic(path: Path, text: str) -> None:
+    """`text` as the whole of `path`: written beside it, then put in its place (a crash leaves the old file or the
+    new one, never half of it)."""
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)

@@ -16,9 +16,8 @@ class Tally:
     run's last report of each worker's client state (bytes), kept across rounds, so the row's `state_bytes`
     covers every worker, not only those called this round."""
 
-    def __init__(self, row: dict, stats: dict, down: int, held: dict[int, int] | None = None):
-        self.row, self.stats, self.down = row, stats, down
-        self.held = {} if held is None else held
+    def __init__(self, row: dict, stats: dict, down: int, held: dict[int, int]):
+        self.row, self.stats, self.down, self.held = row, stats, down, held
         self.stats["state_bytes"] = sum(self.held.values())
         self.up_payload = self.up_protocol = self.up_sketch = 0
 

@@ -48,7 +48,7 @@ def main(argv=None):
     command = command_line("experiments.block_sizes", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)
-    table = summarize(runs, f"{args.partitions[0]}: {DENSE}")
+    table = summarize(runs)
     print(write(table, args.out, "Masked top-k on Fashion-MNIST against its `fresh` summary: blocks of each size, and marginals",
                 command,
                 "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 rounds, "

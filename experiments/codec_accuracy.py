@@ -42,7 +42,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     command = command_line("experiments.codec_accuracy", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
-    table = summarize(run_grid(settings(args.ratio), args.seeds, args.backend, args.runs_dir), DENSE)
+    table = summarize(run_grid(settings(args.ratio), args.seeds, args.backend, args.runs_dir))
     print(write(table, args.out, f"Every codec at ratio {args.ratio:g} against dense",
                 command,
                 __doc__.split("\n\n", 2)[2].strip()))

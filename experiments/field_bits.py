@@ -79,7 +79,7 @@ def main(argv=None):
     runs = run_grid(settings(ratios, args.widths, args.summary_bits), args.seeds, args.backend, args.runs_dir)
     if args.against is not None and args.against not in args.ratios:  # its per-client runs only: no masked row
         runs = runs[~((runs.ratio == args.against) & (runs.secagg != "none"))]
-    table = summarize(runs, DENSE)
+    table = summarize(runs)
     md = write(table, args.out, "Masked top-k against the width of its field",
                command,
                "digits, 10 IID clients (all per round), 20 rounds, mlp_large (501,270 parameters), client and "

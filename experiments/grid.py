@@ -18,7 +18,8 @@ def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/
         for seed in seeds:
             rows = run_when_free(fl.compose([*overrides, f"seed={seed}", f"backend={backend}",
                                              f"results.dir={runs_dir}"]))
-            out.append({"setting": label, "seed": seed, "compression": rows["compression"].iloc[0],
+            out.append({"setting": label, "seed": seed, "partition": rows["partition"].iloc[0],
+                        "host": rows["env_cpu"].iloc[0], "compression": rows["compression"].iloc[0],
                         "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],
                         "policy_ran": rows["index_policy"].iloc[0], "accuracy": rows["accuracy"].iloc[-1],
                         "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum(),
@@ -40,17 +41,30 @@ def run_when_free(cfg, poll_s: float = 10.0) -> pd.DataFrame:
             time.sleep(poll_s)
 
 
-def summarize(runs: pd.DataFrame, dense_label: str) -> pd.DataFrame:
-    """Mean ± std over seeds per setting, upload relative to the dense setting."""
-    table = (runs.groupby(["setting", "compression", "ratio", "secagg", "policy_ran"], sort=False)
+def summarize(runs: pd.DataFrame) -> pd.DataFrame:
+    """Mean ± std over seeds per setting; accuracy and upload relative to the dense run (no compression, no
+    masking) on the same partition: a shards row against IID dense would count the partition's cost as the
+    method's. `hosts`: the CPUs a setting's runs were made on (seconds compare only within one)."""
+    table = (runs.groupby(["setting", "partition", "compression", "ratio", "secagg", "policy_ran"], sort=False)
              .agg(accuracy_mean=("accuracy", "mean"), accuracy_std=("accuracy", "std"), seeds=("seed", "count"),
                   bytes_up_mb=("bytes_up", lambda b: b.mean() / 1e6),
                   bytes_down_mb=("bytes_down", lambda b: b.mean() / 1e6),
-                  s_per_round=("s_per_round", "mean")).reset_index())
-    dense = table.loc[table["setting"] == dense_label].iloc[0]
-    table["upload_vs_dense"] = table["bytes_up_mb"] / dense["bytes_up_mb"]
-    table["accuracy_vs_dense"] = table["accuracy_mean"] - dense["accuracy_mean"]
+                  s_per_round=("s_per_round", "mean"),
+                  hosts=("host", lambda h: " + ".join(sorted(set(h))))).reset_index())
+    dense = table.loc[(table["compression"] == "none") & (table["secagg"] == "none")]
+    if dense["partition"].duplicated().any() or not set(table["partition"]) <= set(dense["partition"]):
+        raise ValueError(f"need one dense setting per partition, got {dense[['setting', 'partition']].values.tolist()} "
+                         f"for partitions {sorted(set(table['partition']))}")
+    base = table["partition"].map(dense.set_index("partition")["bytes_up_mb"])
+    table["upload_vs_dense"] = table["bytes_up_mb"] / base
+    table["accuracy_vs_dense"] = table["accuracy_mean"] - table["partition"].map(
+        dense.set_index("partition")["accuracy_mean"])
     return table
+
+
+def accuracy_cell(mean: float, std: float, runs: int) -> str:
+    """'mean ± std' over runs; one run has no spread to show (not ± 0)."""
+    return f"{mean:.3f}" if runs < 2 or pd.isna(std) else f"{mean:.3f} ± {std:.3f}"
 
 
 def write(table: pd.DataFrame, out: str, title: str, command: str, description: str, notes=()) -> str:
@@ -59,14 +73,18 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", "", f"Regenerate: `{command}`", "", description, "",
-             "| setting | codec | ratio | secagg | positions | accuracy | Δ vs dense | upload MB | upload vs dense "
-             "| download MB | s / round |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| setting | codec | ratio | secagg | positions | seeds | accuracy | Δ vs dense | upload MB "
+             "| upload vs dense | download MB | s / round | host |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    hosts = sorted({h for hs in table["hosts"] for h in hs.split(" + ")})
+    tag = {h: chr(ord("A") + i) for i, h in enumerate(hosts)}
     for r in table.itertuples():
-        lines.append(f"| {r.setting} | {r.compression} | {r.ratio:g} | {r.secagg} | {r.policy_ran} "
-                     f"| {r.accuracy_mean:.3f} ± {0 if pd.isna(r.accuracy_std) else r.accuracy_std:.3f} "
+        lines.append(f"| {r.setting} | {r.compression} | {r.ratio:g} | {r.secagg} | {r.policy_ran} | {r.seeds} "
+                     f"| {accuracy_cell(r.accuracy_mean, r.accuracy_std, r.seeds)} "
                      f"| {r.accuracy_vs_dense:+.3f} | {r.bytes_up_mb:.2f} | {r.upload_vs_dense:.3f}x "
-                     f"| {r.bytes_down_mb:.2f} | {r.s_per_round:.2f} |")
-    md = "\n".join([*lines, *notes]) + "\n"
+                     f"| {r.bytes_down_mb:.2f} | {r.s_per_round:.2f} | {' + '.join(tag[h] for h in r.hosts.split(' + '))} |")
+    legend = ["", "Hosts (the CPU each setting's runs were made on; seconds per round compare only between rows of "
+              "one host): " + "; ".join(f"{tag[h]} = {h}" for h in hosts) + "."]
+    md = "\n".join([*lines, *legend, *notes]) + "\n"
     with together(path.with_suffix(".csv"), path.with_suffix(".md")) as (csv, markdown):
         table.to_csv(csv, index=False)
         markdown.write_text(md)

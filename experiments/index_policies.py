@@ -66,13 +66,12 @@ def main(argv=None):
     check_target(Path(args.out or p["out"]).with_suffix(".md"), command, args.force)
     ratios, seeds = args.ratios or p["ratios"], args.seeds or p["seeds"]
     runs = run_grid(settings(ratios, p["base"], p["partitions"]), seeds, args.backend, args.runs_dir or p["runs_dir"])
-    dense = DENSE if p["partitions"] == [None] else f"{p['partitions'][0]}: {DENSE}"
-    table = summarize(runs, dense)
+    table = summarize(runs)
     print(write(table, args.out or p["out"], "Shared index policies under masking vs. per-client top-k",
                 command,
                 f"{p['setting']}, client and server top-k with error feedback; final accuracy, mean ± std over "
                 f"seeds {', '.join(map(str, seeds))}; bytes are run totals (mean over seeds) counted from the "
-                "serialized messages, upload against the first dense row; s / round is the median wall time of "
+                "serialized messages, accuracy and upload against the dense row of the same partition; s / round is the median wall time of "
                 "rounds 2 on (one process, one core). Masked values travel in the narrowest field that cannot "
                 "wrap (secagg.bits: 20 bits for 10 clients of 16-bit values); `fresh` masks twice a round."))
     return table

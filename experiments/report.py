@@ -29,6 +29,7 @@ import pandas as pd  # noqa: E402
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
 from fl.results import finished  # noqa: E402
 from experiments.outputs import check_target, command_line, together  # noqa: E402
+from experiments.grid import accuracy_cell  # noqa: E402
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
            "secagg", "index_policy", "field_bits", "other"]
@@ -377,7 +378,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
             f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
             f"{f'| {r.other} ' if others else ''}| {r.seeds}{f' ({r.runs} runs)' if r.runs != r.seeds else ''} "
-            f"| {r.accuracy:.3f} ± {0 if np.isnan(r.accuracy_std) else r.accuracy_std:.3f} | {r.accuracy_last:.3f} "
+            f"| {accuracy_cell(r.accuracy, r.accuracy_std, r.runs)} | {r.accuracy_last:.3f} "
             f"| {_num(r.accuracy_change, '+.3f')} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "

@@ -15,7 +15,7 @@ def synthetic_runs(settings, seeds, *_):
                         "ratio": 1.0 if kind == "dense" else 0.01, "secagg": "dh" if kind == "masked" else "none",
                         "policy_ran": kind, "accuracy": accuracy[kind] + (0.01 * seed if kind != "masked" else
                                                                            0.01 * seed - 0.002 * (seed % 2)),
-                        "bytes_up": 1e6, "bytes_down": 1e6, "s_per_round": 0.1})
+                        "bytes_up": 1e6, "bytes_down": 1e6, "s_per_round": 0.1, "partition": "iid", "host": "cpu"})
     return pd.DataFrame(out)
 
 
@@ -73,7 +73,8 @@ def test_against_runs_the_reference_per_client_setting_without_its_masked_twin(t
             for seed in seeds:
                 out.append({"setting": label, "seed": seed, "compression": "none" if kind == "dense" else "topk",
                             "ratio": ratio, "secagg": "dh" if kind == "masked" else "none", "policy_ran": kind,
-                            "accuracy": 0.9 + 0.01 * seed, "bytes_up": 1e6, "bytes_down": 1e6, "s_per_round": 0.1})
+                            "accuracy": 0.9 + 0.01 * seed, "bytes_up": 1e6, "bytes_down": 1e6, "s_per_round": 0.1,
+                            "partition": "iid", "host": "cpu"})
         return pd.DataFrame(out)
 
     monkeypatch.setattr(field_bits, "run_grid", runs_of)

@@ -1,0 +1,37 @@
+"""experiments.grid's summary: each row against the dense run of its own partition, and what a table says about
+seeds and hosts."""
+import pandas as pd
+import pytest
+
+from experiments import grid
+
+
+def _runs(rows):
+    return pd.DataFrame([{"setting": setting, "seed": seed, "partition": partition, "host": host,
+                          "compression": "none" if dense else "topk", "ratio": 1.0 if dense else 0.01,
+                          "secagg": "none", "policy_ran": "dense" if dense else "per-client", "accuracy": accuracy,
+                          "bytes_up": up, "bytes_down": 1e6, "s_per_round": 1.0}
+                         for setting, seed, partition, host, dense, accuracy, up in rows])
+
+
+def test_a_shards_row_is_compared_with_shards_dense_not_with_iid_dense(tmp_path):
+    runs = _runs([("iid: dense", 0, "iid", "Xeon", True, 0.85, 4e6), ("shards: dense", 0, "shards", "Xeon", True, 0.75, 4e6),
+                  ("iid: top-k", 0, "iid", "Xeon", False, 0.80, 1e5), ("shards: top-k", 0, "shards", "EPYC", False, 0.60, 2e5)])
+    table = grid.summarize(runs).set_index("setting")
+    assert table.loc["shards: dense", "accuracy_vs_dense"] == 0
+    assert table.loc["shards: top-k", "accuracy_vs_dense"] == pytest.approx(-0.15)  # not -0.25 (against IID dense)
+    assert table.loc["iid: top-k", "accuracy_vs_dense"] == pytest.approx(-0.05)
+    assert table.loc["shards: top-k", "upload_vs_dense"] == pytest.approx(0.05)
+    md = grid.write(table.reset_index(), str(tmp_path / "t"), "t", "cmd", "d")
+    line = next(x for x in md.splitlines() if x.startswith("| shards: top-k"))
+    assert "| 1 | 0.600 |" in line and "±" not in line  # one seed: no spread shown, not ± 0.000
+    assert line.endswith("| A |") and "Hosts (" in md and "A = EPYC; B = Xeon" in md
+
+
+def test_two_seeds_show_their_spread_and_a_partition_without_dense_is_refused():
+    runs = _runs([("dense", s, "iid", "Xeon", True, 0.8 + 0.02 * s, 4e6) for s in (0, 1)])
+    assert grid.accuracy_cell(*grid.summarize(runs)[["accuracy_mean", "accuracy_std", "seeds"]].iloc[0]) \
+        == "0.810 ± 0.014"
+    with pytest.raises(ValueError, match="one dense setting per partition"):
+        grid.summarize(_runs([("dense", 0, "iid", "Xeon", True, 0.8, 4e6),
+                              ("shards: top-k", 0, "shards", "Xeon", False, 0.6, 1e5)]))

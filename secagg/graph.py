@@ -56,7 +56,8 @@ class Graph:
             self._table = None
             return
         half = degree // 2
-        keys = prg_uint32(seed, 2 * m).view(np.uint64)
+        words = prg_uint32(seed, 2 * m).astype(np.uint64)
+        keys = words[0::2] | (words[1::2] << np.uint64(32))  # spelled out, not .view: the same on any byte order
         ring = np.lexsort((np.arange(m), keys))  # ring[j]: index of the client at ring position j
         self.ring = tuple(self.nodes[i] for i in ring)
         offsets = np.concatenate([np.arange(1, half + 1), -np.arange(1, half + 1)])

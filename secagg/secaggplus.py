@@ -1,10 +1,10 @@
 """SecAgg+ (Bell et al., CCS 2020): the same double masking over a sparse random graph, `secaggplus`.
 
-Each client masks with, and Shamir-shares b_u and s_sk_u among, only its k neighbours in a random
-k-regular graph over the key roster (RoundConfig.graph: the Harary graph H(k, m) relabelled by a PRG keyed
-by the session and every advertised key, so nobody knows it before the keys are in, and every party derives
+Each client masks with, and Shamir-shares b_u and s_sk_u among, only its k neighbours in a k-regular
+graph over the key roster (RoundConfig.graph: the Harary graph H(k, m), a ring, relabelled by a PRG keyed
+by every advertised key, so nobody knows it before fresh keys are in, and every party derives
 the same graph from the roster with no extra message). The default degree is the smallest even
-k >= 2 ceil(log2 n), capped at n - 1, and the threshold t = k // 2 + 1 counts shares among the k + 1
+k >= 2 ceil(log2 n), capped at n - 1, and the threshold t = (k + 1) // 2 + 1 (k // 2 + 1 for even k) counts shares among the k + 1
 holders of a secret (the owner included). Client and server work per client drop from O(n) to O(k) =
 O(log n) key agreements and mask expansions.
 

@@ -374,3 +374,28 @@ def test_the_weight_travels_in_digits_and_its_sum_is_exact_at_every_width(quant)
         total += digits
     _, weight, _ = layout.unpack(total)
     assert weight == whole / layout.weight_scale
+
+
+def test_a_roster_or_unmask_request_that_does_not_decode_drops_the_clients_given_it_not_the_run(tmp_path, monkeypatch):
+    """The server's roster (step 2) and unmask request (step 4) are checked by each client as any message: one
+    that does not decode is that worker's clients' refusal, counted as dropouts at that step, and the run goes
+    on (it escaped the worker's call before)."""
+    from fl import wire as fl_wire
+
+    calls = {"roster": 0, "unmask": 0}
+
+    def once(name, decode):
+        def broken(data, *args):
+            calls[name] += 1
+            if calls[name] == 1:
+                raise fl_wire.WireError(f"{name}: a corrupted message")
+            return decode(data, *args)
+        return broken
+
+    monkeypatch.setattr(fl_wire, "decode_roster", once("roster", fl_wire.decode_roster))
+    monkeypatch.setattr(fl_wire, "decode_unmask_request", once("unmask", fl_wire.decode_unmask_request))
+    rows = _masked_run(tmp_path, "fl.rounds=3", "compression.index_policy=sketch", "fl.num_clients=8",
+                       "ray.num_workers=2", "secagg.threshold=2")
+    assert len(rows) == 3 and calls["roster"] > 1 and calls["unmask"] > 1
+    assert rows["dropped_share_keys"].iloc[0] >= 1 and rows["dropped_unmask"].iloc[0] >= 1
+    assert not rows["aborted"].iloc[0] and rows["dropped"].iloc[1:].sum() == 0

@@ -259,28 +259,28 @@ class MaskedAggregator:
         self.config = plan.round_config(session, cohort, self.length)
         self.state = secagg.get(plan.secagg).Server(self.config)
 
-    def add_keys(self, message: bytes) -> None:
-        self.state.receive_keys(wire.decode_advertise(message))
+    def add_keys(self, message: bytes, sender: int) -> None:
+        self.state.receive_keys(_from(wire.decode_advertise(message), sender))
 
     def roster(self) -> bytes:
         return wire.encode_roster(self.state.roster())
 
-    def add_shares(self, message: bytes) -> None:
-        self.state.receive_shares(wire.decode_share_keys(message, self.peers))
+    def add_shares(self, message: bytes, sender: int) -> None:
+        self.state.receive_shares(_from(wire.decode_share_keys(message, self.peers), sender))
 
     def bundles(self) -> dict[int, bytes]:
         """The encrypted shares addressed to each client that sent shares, as one message per client."""
         return {cid: wire.encode_share_bundle(b) for cid, b in self.state.bundles().items()}
 
-    def add(self, message: bytes) -> None:
-        self.state.add(wire.decode_masked(message, self.length, self.layout.bits))
+    def add(self, message: bytes, sender: int) -> None:
+        self.state.add(_from(wire.decode_masked(message, self.length, self.layout.bits), sender))
 
     def unmask_request(self) -> tuple[bytes, tuple[int, ...]]:
         request = self.state.unmask_request()
         return wire.encode_unmask_request(request), request.survivors
 
-    def add_unmask(self, message: bytes) -> None:
-        self.state.receive_unmask(wire.decode_unmask_response(message, self.peers))
+    def add_unmask(self, message: bytes, sender: int) -> None:
+        self.state.receive_unmask(_from(wire.decode_unmask_response(message, self.peers), sender))
 
     def result(self) -> tuple[np.ndarray, float, np.ndarray | None]:
         """(mean update at the index set, summed weight, summed sketch or None); raises RoundAborted."""
@@ -289,6 +289,14 @@ class MaskedAggregator:
         if not weight > 0:
             raise secagg.RoundAborted(f"summed FedAvg weight {weight} is not positive")
         return values, weight, cells
+
+
+def _from(message, sender: int):
+    """`message` if it names the client whose transport delivered it, as a plain round's update must: one
+    client's message under another's id would stand in for (or block) that client's."""
+    if message.client_id != sender:
+        raise wire.WireError(f"{type(message).__name__}: from client {message.client_id}, but sent by client {sender}")
+    return message
 
 
 class _Steps:
@@ -330,7 +338,7 @@ class _Steps:
         """Hand a client's message to the server's state machine; a malformed one (wrong session, bad
         encoding, failed checksum) rejects that client, and the round goes on without it."""
         try:
-            self.tally.timed("t_aggregate", add, msg)
+            self.tally.timed("t_aggregate", add, msg, cid)
         except secagg.RoundAborted:
             raise
         except (secagg.ProtocolError, wire.WireError) as err:

@@ -35,10 +35,10 @@ def _round(n_clients, drop_before_input=(), drop_before_unmask=(), name="dh", se
     agg = MaskedAggregator(plan, secagg.session_id("test-run", 0, cohort), cohort, layout)
     clients = {c: secagg.Client(agg.config, c) for c in cohort}
     for c in cohort:
-        agg.add_keys(wire.encode_advertise(clients[c].advertise()))
+        agg.add_keys(wire.encode_advertise(clients[c].advertise()), c)
     roster = wire.decode_roster(agg.roster())
     for c in cohort:
-        agg.add_shares(wire.encode_share_keys(clients[c].share_keys(roster)))
+        agg.add_shares(wire.encode_share_keys(clients[c].share_keys(roster)), c)
     bundles = agg.bundles()
     plain = np.zeros(agg.length, np.uint32)
     float_values, float_weight = np.zeros(len(positions)), 0.0
@@ -52,14 +52,14 @@ def _round(n_clients, drop_before_input=(), drop_before_unmask=(), name="dh", se
             continue
         masked = clients[c].masked_input(wire.decode_share_bundle(bundles[c]), vector)
         assert not np.array_equal(masked.masked, vector)
-        agg.add(wire.encode_masked(masked, layout.bits))
+        agg.add(wire.encode_masked(masked, layout.bits), c)
         plain += vector  # uint32 arithmetic wraps mod 2^32, as the field does
         float_values += sent
         float_weight += w
     request, survivors = agg.unmask_request()
     for c in survivors:
         if c not in drop_before_unmask:
-            agg.add_unmask(wire.encode_unmask_response(clients[c].unmask(wire.decode_unmask_request(request))))
+            agg.add_unmask(wire.encode_unmask_response(clients[c].unmask(wire.decode_unmask_request(request))), c)
     return agg, plain, float_values, float_weight
 
 
@@ -89,6 +89,40 @@ def test_clients_dropping_before_input_and_before_unmask_are_recovered_exactly(f
     agg.result()
     np.testing.assert_array_equal(_low(agg.total, agg.layout.bits), _low(plain, agg.layout.bits))  # the 7 survivors
     assert agg.state.dropped_by_step["masked_input"] == [11, 15]
+
+
+def test_a_message_under_another_clients_id_is_refused_at_every_step():
+    """As in a plain round: the id a message names must be the client whose transport delivered it, else one
+    client could stand in for (or lock out) another."""
+    length, cohort = 1000, [3, 4, 5]
+    plan = _plan(3, "dh", length, ())
+    layout = MaskedLayout(plan, 10, 0)
+    agg = MaskedAggregator(plan, secagg.session_id("test-run", 0, cohort), cohort, layout)
+    clients = {c: secagg.Client(agg.config, c) for c in cohort}
+    adverts = {c: wire.encode_advertise(clients[c].advertise()) for c in cohort}
+    with pytest.raises(wire.WireError, match="AdvertiseKeys: from client 3, but sent by client 4"):
+        agg.add_keys(adverts[3], 4)
+    for c in cohort:
+        agg.add_keys(adverts[c], c)
+    roster = wire.decode_roster(agg.roster())
+    shares = {c: wire.encode_share_keys(clients[c].share_keys(roster)) for c in cohort}
+    with pytest.raises(wire.WireError, match="ShareKeys: from client 5, but sent by client 3"):
+        agg.add_shares(shares[5], 3)
+    for c in cohort:
+        agg.add_shares(shares[c], c)
+    bundles = agg.bundles()
+    vector = layout.join(*layout.values(np.zeros(10, np.float32), np.random.default_rng(0))[:1],
+                         layout.weight(1.0, np.random.default_rng(0)), None)
+    masked = {c: wire.encode_masked(clients[c].masked_input(wire.decode_share_bundle(bundles[c]), vector), layout.bits)
+              for c in cohort}
+    with pytest.raises(wire.WireError, match="MaskedInput: from client 4, but sent by client 5"):
+        agg.add(masked[4], 5)
+    for c in cohort:
+        agg.add(masked[c], c)
+    request, survivors = agg.unmask_request()
+    response = wire.encode_unmask_response(clients[3].unmask(wire.decode_unmask_request(request)))
+    with pytest.raises(wire.WireError, match="UnmaskResponse: from client 3, but sent by client 4"):
+        agg.add_unmask(response, 4)
 
 
 def test_fewer_than_t_survivors_abort_the_round():
@@ -399,3 +433,22 @@ def test_a_roster_or_unmask_request_that_does_not_decode_drops_the_clients_given
     assert len(rows) == 3 and calls["roster"] > 1 and calls["unmask"] > 1
     assert rows["dropped_share_keys"].iloc[0] >= 1 and rows["dropped_unmask"].iloc[0] >= 1
     assert not rows["aborted"].iloc[0] and rows["dropped"].iloc[1:].sum() == 0
+
+
+def test_masking_at_federated_scale_sums_exactly_with_10_of_100_non_iid_clients_dropouts_and_four_workers(
+        tmp_path, monkeypatch):
+    """The setting users run: 100 Dirichlet(0.5) clients, 10 a round, per-step dropouts, four workers, the
+    default policy (`fresh`, two masked exchanges). Each applied update is exactly the plain sum of its
+    survivors' quantized vectors; cohorts change every round and no round is lost to a between-exchange drop."""
+    spy = Spy(monkeypatch)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=dh",
+                              "compression.ratio=0.05", "fl.num_clients=100", "fl.clients_per_round=10",
+                              "dataset.partition=dirichlet", "dataset.alpha=0.5", "ray.num_workers=4",
+                              "secagg.dropout=0.03", "fl.rounds=8", "fl.local_epochs=1"]))
+    assert rows["index_policy"].iloc[0] == "fresh(marginals)" and (rows["num_workers"] == 4).all()
+    assert rows["dropped"].sum() > 0 and not rows["aborted"].any()
+    survivors = spy.check_exact()  # each applied update: the exact plain sum of its survivors' vectors
+    cohorts = [set(fl.seeds.cohort(0, r, 100, 10)) for r in range(8)]
+    assert len(survivors) == 8 and len(set.union(*cohorts)) > 40
+    assert all(set(s) <= c and len(s) >= 6 for s, c in zip(survivors, cohorts))
+    assert sum(len(s) < 10 for s in survivors) >= 2  # some applied rounds lost clients to dropouts

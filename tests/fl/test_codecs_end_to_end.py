@@ -86,22 +86,22 @@ def test_the_readme_codec_runs_a_whole_simulation(tmp_path, readme_codec):
 
 
 def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
-    from fl.runtime.worker import Worker
+    """Observed on the wire: every update a client sends, decoded, keeps ceil(0.1 x size) entries of each layer."""
+    from fl import wire
 
-    kept = []
-    original = Worker.train
+    sent, encode = [], wire.encode_update
 
-    def spy(self, cid, round):
-        corrected, n = original(self, cid, round)
-        codec = self.plan.client_codec
-        dense = codec.decode(codec.encode(corrected), self.plan.length)
-        sizes = [p.numel() for p in self.model.parameters()]
-        kept.append([int((chunk != 0).sum()) for chunk in np.split(dense, np.cumsum(sizes)[:-1])])
-        return corrected, n
+    def record(round, cid, codec, length, weight, payload):
+        sent.append((codec, length, payload))
+        return encode(round, cid, codec, length, weight, payload)
 
-    monkeypatch.setattr(Worker, "train", spy)
+    monkeypatch.setattr(wire, "encode_update", record)
     run(tmp_path, "model=mlp_small", "secagg=none", "fl.rounds=1", "compression.per_layer=true", "compression.ratio=0.1")
-    assert kept and all(k == [410, 7, 64, 1] for k in kept)  # ceil(0.1 x size) of 4096, 64, 640, 10 per layer
+    kept = []
+    for codec, length, payload in sent:
+        dense = compression.get(codec)().decode(payload, length)
+        kept.append([int((chunk != 0).sum()) for chunk in np.split(dense, np.cumsum([4096, 64, 640, 10])[:-1])])
+    assert len(kept) == 10 and all(k == [410, 7, 64, 1] for k in kept)  # 4096, 64, 640, 10: mlp_small's layers
 
 
 def test_per_layer_is_refused_for_a_codec_without_layers():

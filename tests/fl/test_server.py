@@ -46,8 +46,12 @@ def test_a_dense_broadcast_is_the_whole_model_and_needs_no_catch_up():
     server = _server("secagg=none", "compression=none")
     put = lambda message: message  # noqa: E731
     server.broadcast(0, [0, 1], {0: [0, 1]}, put)
+    server.weights += 0.5
     delivery, down, catchups = server.broadcast(1, [2, 3], {1: [3], 0: [2]}, put)
-    assert delivery.catchup is None and catchups == 0 and down == 2 * server.sizes[1]
+    message = wire.decode_broadcast(delivery.ref, server.plan.length)
+    assert not message.is_delta and message.round == 1 and (message.payload == server.weights.tobytes())
+    assert delivery.catchup is None and catchups == 0 and down == 2 * len(delivery.ref)
+    assert 4 * server.plan.length < len(delivery.ref) < 4 * server.plan.length + 32  # the model and a short header
 
 
 def test_a_masked_result_lands_at_the_index_set_only():

@@ -374,13 +374,17 @@ def test_without_masking_an_injected_dropout_vanishes_before_training_and_is_nev
 
 
 def test_dropout_below_threshold_aborts_rounds_leaves_the_model_unchanged_and_finishes(tmp_path):
-    rows = small(tmp_path, "secagg.dropout=0.4", "fl.rounds=6")
+    """0.15 a step loses about 56% of a `fresh` cohort: some rounds keep t = 6 of 10, most do not. An aborted
+    round changes nothing: its accuracy and loss equal the round's before, also right after an applied one."""
+    rows = small(tmp_path, "secagg.dropout=0.15", "fl.rounds=8")
     aborted = rows["aborted"]
-    assert aborted.any() and len(rows) == 6
-    # an aborted round changes nothing: the accuracy after it equals the accuracy before it
+    assert len(rows) == 8 and aborted.any() and not aborted.all()
+    assert any(aborted[r] and not aborted[r - 1] for r in rows.index[1:])  # an abort after an applied round
     for r in rows.index[1:]:
         if aborted[r]:
-            assert rows["accuracy"][r] == rows["accuracy"][r - 1]
+            assert rows["accuracy"][r] == rows["accuracy"][r - 1] and rows["loss"][r] == rows["loss"][r - 1]
+        elif not aborted[r - 1]:
+            assert rows["loss"][r] != rows["loss"][r - 1]  # an applied round moves the model
 
 
 def test_secaggplus_with_dropouts_applies_the_same_sums_as_full_graph_dh(tmp_path):
@@ -421,12 +425,22 @@ def test_a_worker_that_dies_mid_round_drops_its_clients_and_the_round_recovers(t
                      f"compression.index_policy={policy}")
         assert (rows[column] == 2).all() and not rows["aborted"].any()
     # between fresh's two exchanges: its two clients are in the first sum and not the second. Under energies (the
-    # default summary) the round goes on without them; under a summary linear in the update every round aborts
+    # default summary) the round goes on without them; under a summary linear in the update (exact, the count
+    # sketch) every round aborts
     monkeypatch.setattr(InlinePool, "call", dies_at(masked.masked_values))
-    for summary, aborts in (("marginals", False), ("exact", True)):
+    for summary, aborts in (("marginals", False), ("blocks", False), ("exact", True), ("sketch", True)):
         rows = small(tmp_path / f"between-{summary}", "ray.num_workers=4", "fl.num_clients=8",
-                     "fl.clients_per_round=8", f"compression.fresh_summary={summary}")
+                     "fl.clients_per_round=8", f"compression.fresh_summary={summary}",
+                     "compression.ratio=0.1")  # at the default 0.5 a count sketch is no smaller than the update
+        assert rows["index_policy"].str.match(r"fresh(\(|$)").all()  # fresh ran (no fallback to randk)
         assert (rows["dropped_masked_input"] == 2).all() and (rows["aborted"] == aborts).all()
+
+
+def test_more_workers_than_a_cohort_are_capped_at_the_cohort(tmp_path):
+    """An idle worker would hold a model copy and a process for nothing: 8 asked, 3 clients a round, 3 made."""
+    rows = small(tmp_path, "secagg=none", "fl.num_clients=10", "fl.clients_per_round=3", "ray.num_workers=8",
+                 "fl.rounds=1")
+    assert rows["num_workers"].tolist() == [3]
 
 
 def test_run_server_keeps_the_older_frameworks_call(tmp_path):

@@ -24,10 +24,13 @@ def test_generated_protobuf_code_is_in_sync_with_the_proto(tmp_path):
 
 
 def test_no_wire_or_codec_module_uses_pickle():
-    for folder in ("fl", "compression", "secagg"):
-        for path in (ROOT / folder).glob("*.py"):
-            text = path.read_text()
-            assert "import pickle" not in text and "pickle.load" not in text and "cloudpickle" not in text, path
+    """Every module of the three packages, subpackages included (fl/rounds builds the messages, fl/runtime's
+    transport carries the replies)."""
+    paths = [p for folder in ("fl", "compression", "secagg") for p in (ROOT / folder).rglob("*.py")]
+    assert {"rounds", "runtime"} <= {p.parent.name for p in paths}
+    for path in paths:
+        text = path.read_text()
+        assert "import pickle" not in text and "pickle.load" not in text and "cloudpickle" not in text, path
 
 
 def _update_message(length=1000, ratio=0.1):
@@ -36,11 +39,23 @@ def _update_message(length=1000, ratio=0.1):
     return wire.encode_update(3, 7, "topk", length, 144.0, payload), payload
 
 
-def test_client_update_roundtrip_and_byte_count_is_the_serialized_length():
+def test_client_update_roundtrip_and_its_few_bytes_beyond_the_payload():
+    """What a plain round counts is len() of this message (tests/fl/test_simulation.py): the payload,
+    a protobuf header naming round, client, codec, length and weight, and a 4-byte checksum."""
     message, payload = _update_message()
     msg = wire.decode_update(message, 3, 1000)
     assert (msg.client_id, msg.codec, msg.weight, msg.payload) == (7, "topk", 144.0, payload)
-    assert len(message) > len(payload)  # the header and checksum are counted too
+    assert payload in message and 4 + len(payload) < len(message) <= len(payload) + 32
+
+
+@pytest.mark.parametrize("weight", [0.0, -1.0, float("nan"), float("inf"), -float("inf")])
+def test_an_update_whose_weight_is_not_a_positive_number_is_refused(weight):
+    """A weight of 0 or below, NaN or Inf would scale or flip the weighted mean (or poison it): refused on
+    decode, naming it."""
+    payload = compression.TopKCompression(0.1).encode(np.ones(1000, np.float32))
+    message = wire.encode_update(3, 7, "topk", 1000, weight, payload)
+    with pytest.raises(wire.WireError, match="weight .* is not a positive number"):
+        wire.decode_update(message, 3, 1000)
 
 
 @pytest.mark.parametrize("encode,decode", [

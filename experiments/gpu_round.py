@@ -60,6 +60,13 @@ def time_round(model_name: str, data: Dataset, parts: list[np.ndarray], device: 
     return time.perf_counter() - t0, num_params(model)
 
 
+def real_data(name: str, root: str) -> Dataset:
+    """The dataset as simulate.py loads it: its preset's whole config (system_dirs: where apt installs
+    Fashion-MNIST), with `root` searched first."""
+    preset = OmegaConf.load(MODEL_CONF.parent / "dataset" / f"{name}.yaml")
+    return load_dataset(OmegaConf.merge(preset, {"root": root}), 0)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dataset", default="digits", choices=list(INPUT_SHAPES))
@@ -80,7 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.synthetic:
         data = synthetic(args.dataset, args.synthetic)
     else:
-        data = load_dataset(OmegaConf.create({"name": args.dataset, "root": args.root}), 0)
+        data = real_data(args.dataset, args.root)
     parts = partition(data.y_train, args.clients, "iid", 0.0, 0)
     print(f"{args.dataset}{' (synthetic)' if args.synthetic else ''}: {len(data.y_train)} samples, "
           f"{args.clients} clients, {args.epochs} local epoch(s), batch {args.batch_size}; "

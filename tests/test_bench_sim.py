@@ -31,3 +31,25 @@ def test_the_standard_error_is_that_of_a_difference_of_two_means_and_shrinks_wit
     added, error, expected = errors(61)
     assert error == pytest.approx(expected, rel=0.3) and abs(added - 0.1) < 4 * expected
     assert errors(801)[1] < error / 2  # 4 times the rounds, about half the error
+
+
+def test_the_fashion_mnist_rows_parts_and_overhead_share_are_taken_against_the_round_they_show():
+    """fmnist_shares replaces a row's round_s with its paired figure: its overhead share and the rest of the
+    round must follow, or the row's parts stop adding up to its round."""
+    import pandas as pd
+
+    from experiments.bench_sim import FMNIST_EVAL, FMNIST_RUNS, fmnist_shares
+
+    plain = [1.0] * 41
+    times = {"none": plain, "after": [1.0 + (0.2 if r % 2 == 0 else 0.0) for r in range(41)],
+             "carried": [1.0 + (0.2 if r % 2 else 0.0) for r in range(41)]}
+    table = pd.DataFrame([{"dataset": "fashion_mnist", "extra": FMNIST_EVAL["extra"] + x, "round_s": 1.1,
+                           "train_s": 0.8, "server_s": 0.05, "client_work_s": 0.05, "evaluate_s": 0.1,
+                           "overhead_share": 1 - 0.8 / 1.1, "rest_s": 0.1,
+                           "round_times": " ".join(map(str, times[name]))} for name, x in FMNIST_RUNS.items()])
+    fmnist_shares(table)
+    for name in ("after", "carried"):
+        row = table[table.extra == FMNIST_EVAL["extra"] + FMNIST_RUNS[name]].iloc[0]
+        assert row.round_s == pytest.approx(1.2) and row.evaluate_s == pytest.approx(0.2)
+        assert row.overhead_share == pytest.approx(1 - 0.8 / 1.2)
+        assert row.train_s + row.server_s + row.client_work_s + row.evaluate_s + row.rest_s == pytest.approx(row.round_s)

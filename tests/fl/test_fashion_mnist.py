@@ -50,3 +50,12 @@ def test_the_default_fashion_mnist_config_finds_the_system_folder_without_a_root
     data = load_dataset(cfg.dataset, 0)
     assert data.x_train.shape == (60_000, 1, 28, 28) and data.x_test.shape == (10_000, 1, 28, 28)
     assert sorted(set(data.y_test.tolist())) == list(range(10))
+
+
+def test_gpu_round_loads_fashion_mnist_from_where_apt_installs_it(tmp_path):
+    """experiments.gpu_round's data comes from the preset's config, system_dirs included: with only `name` and
+    `root` it could not find the files simulate.py reads."""
+    from experiments.gpu_round import real_data
+
+    data = real_data("fashion_mnist", str(tmp_path / "empty-root"))
+    assert data.x_train.shape == (60_000, 1, 28, 28) and len(data.y_test) == 10_000

@@ -46,7 +46,9 @@ def code_version(root: Path | None = None) -> str:
         if Path(git("rev-parse", "--show-toplevel")).resolve() != root.resolve():
             raise subprocess.SubprocessError("installed inside another project's checkout")
         commit = git("rev-parse", "--short=12", "HEAD")
-        changed = git("status", "--porcelain", "--untracked-files=no", "--", *CODE_PATHS)
+        # a new file counts too (a codec added as compression/<name>.py and registered is new code); ignored
+        # files (caches) and anything outside the code's paths (results) do not
+        changed = git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS)
         return commit + ("+modified" if changed else "")
     except (OSError, subprocess.SubprocessError):
         from importlib import metadata

@@ -29,7 +29,7 @@ def test_a_clean_checkout_is_named_by_its_commit(checkout):
     assert environment.code_version(checkout) == _git(checkout, "rev-parse", "HEAD")[:12]
 
 
-def test_changed_code_is_marked_modified_but_changed_results_and_new_files_are_not(checkout):
+def test_changed_code_is_marked_modified_but_changed_results_and_new_result_files_are_not(checkout):
     (checkout / "results" / "table.md").write_text("| b |\n")
     (checkout / "results" / "run").mkdir()
     (checkout / "results" / "run" / "rounds.csv").write_text("round\n")
@@ -37,6 +37,21 @@ def test_changed_code_is_marked_modified_but_changed_results_and_new_files_are_n
     assert environment.code_version(checkout) == commit
     environment.code_version.cache_clear()
     (checkout / "fl" / "core.py").write_text("x = 2\n")
+    assert environment.code_version(checkout) == commit + "+modified"
+
+
+def test_a_new_untracked_code_file_is_modified_code_but_an_ignored_one_is_not(checkout):
+    """A codec added as a new, uncommitted file: rows made with it must not claim the commit's code."""
+    (checkout / ".gitignore").write_text("__pycache__/\n")
+    _git(checkout, "add", ".gitignore")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "ignore")
+    commit = _git(checkout, "rev-parse", "HEAD")[:12]
+    (checkout / "fl" / "__pycache__").mkdir()
+    (checkout / "fl" / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"\0")
+    environment.code_version.cache_clear()
+    assert environment.code_version(checkout) == commit
+    (checkout / "fl" / "sign.py").write_text("y = 1\n")
+    environment.code_version.cache_clear()
     assert environment.code_version(checkout) == commit + "+modified"
 
 

@@ -85,7 +85,10 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         incomplete += sorted({f.parent / "rounds.csv" for f in Path(d).rglob("failed-*.txt")
                               if not (f.parent / "rounds.csv").exists()})
     if not frames:
-        raise SystemExit(f"no finished runs under {', '.join(dirs)}")
+        listed = "".join(f"\n  {p.parent}" for p in incomplete)
+        raise SystemExit(f"no finished runs under {', '.join(dirs)}" + (
+            f"; {len(incomplete)} unfinished (crashed, killed, cut short or still running; rerun their command to "
+            f"resume):{listed}" if incomplete else ""))
     rows = pd.concat(frames, ignore_index=True)
     if "env" not in rows:
         rows["env"] = "unknown"

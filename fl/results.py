@@ -196,15 +196,18 @@ class RunLog:
 
 def finished(folder: Path) -> bool:
     """Whether `folder` holds a finished run: a done.json that parses and names the run of rounds.csv and its
-    number of rows. Rows cut short (a crash, a full disk) or a done.json left beside another run's rows are not
-    a finished run."""
+    number of rows, beside a config.json that parses (where there is one: every run writes it first). Rows cut
+    short (a crash, a full disk), a done.json left beside another run's rows, or a damaged config.json (which a
+    report cannot read) are not a finished run: a rerun runs it again, keeping the old rows aside."""
     try:
         done = json.loads((Path(folder) / "done.json").read_text())
+        config_path = Path(folder) / "config.json"
+        config = json.loads(config_path.read_text()) if config_path.exists() else {}
         with open(Path(folder) / "rounds.csv", newline="", encoding="utf-8") as f:
             rows = list(csv.DictReader(f))
     except (OSError, ValueError, csv.Error):  # ValueError: bad JSON or bytes that are not UTF-8
         return False
-    return (isinstance(done, dict) and bool(rows) and done.get("rounds") == len(rows)
+    return (isinstance(done, dict) and isinstance(config, dict) and bool(rows) and done.get("rounds") == len(rows)
             and all(row.get("run_id") == done.get("run_id") for row in rows)
             and all(None not in row.values() and None not in row for row in rows))
 

@@ -149,6 +149,26 @@ def test_rows_cut_short_or_unreadable_are_not_a_finished_run(tmp_path):
     assert not finished(run)
 
 
+def test_a_damaged_config_json_is_not_a_finished_run_and_the_rerun_runs_it_again(tmp_path):
+    """A finished run whose config.json was cut short: the report refused the folder, and the rerun skipped it as
+    finished, so nothing but moving the folder by hand got past it. Now it is an unfinished run to both."""
+    from experiments import report
+    from fl.results import finished
+
+    folder, run = _finished_run(tmp_path)
+    config = (run / "config.json").read_text()
+    (run / "config.json").write_text(config[:40])
+    assert not finished(run)
+    with pytest.raises(SystemExit, match="no finished runs") as refused:  # listed as unfinished, not reported
+        report.load([str(folder)])
+    assert str(refused.value).endswith(f"1 unfinished (crashed, killed, cut short or still running; rerun their "
+                                       f"command to resume):\n  {run}")
+    rows = fl.run(fl.compose([f"results.dir={folder}", "backend=inline", "model=mlp_small", "fl.rounds=3",
+                              "secagg=none"]))
+    assert finished(run) and (run / "config.json").read_text() == config and len(rows) == 3
+    assert len(list(run.glob("rounds.incomplete-*.csv"))) == 1  # the earlier rows, kept aside
+
+
 def test_a_partitions_parameter_under_another_partition_and_digits_test_fraction_elsewhere_do_not_name_a_run():
     """`dataset.partition=iid,dirichlet dataset.alpha=0.1,0.5` ran the same IID experiment twice."""
     assert _hash("dataset.alpha=0.1") == _hash() != _hash("dataset.partition=dirichlet", "dataset.alpha=0.1")

@@ -179,10 +179,11 @@ def log_round(log: RunLog, rows: list, row: dict, tally: Tally, cohort_size: int
 
 
 def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFrame:
+    """Close the run; its rows as rounds.csv holds them (every column, as a rerun that skips it returns them)."""
     frame = pd.DataFrame(rows)
     log.finish({"run_id": log.run_id, "rounds": len(rows), "final_accuracy": rows[-1].get("accuracy"),
                 "bytes_up": int(frame["bytes_up"].sum()), "bytes_down": int(frame["bytes_down"].sum()),
                 "started_at": log.started_at, **(timeline or {})})
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
-    return frame
+    return log.read()

@@ -166,7 +166,10 @@ def test_rerunning_a_finished_configuration_skips_it_and_keeps_its_rows(tmp_path
     second = small(tmp_path)
     assert "skipping" in capsys.readouterr().out
     assert path.stat().st_mtime_ns == stamp
-    np.testing.assert_array_equal(first["accuracy"], second["accuracy"])
+    pd.testing.assert_frame_equal(first, second)  # the same rows, every column, whether run or read back
+    assert list(first.columns) == COLUMNS
+    plain = small(tmp_path / "plain", "secagg=none")  # a plain run's rows hold masking's columns, empty
+    assert list(plain.columns) == COLUMNS and plain["t_mask"].isna().all()
 
 
 @pytest.mark.parametrize("overlap", ["true", "false"])

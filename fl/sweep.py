@@ -43,10 +43,11 @@ class EndWarmPool(Callback):
 
 def cell_bundles(cfg: DictConfig, driver_cpus: float) -> list[dict]:
     """What one cell reserves: its driver, then one bundle per pool worker (none with backend=inline).
-    A cell that leaves `ray.num_workers` null gets one worker here (on one machine it means one per core)."""
+    A cell that leaves `ray.num_workers` null gets one worker here (on one machine it means one per core); no more
+    than its cohort, as the pool makes (fl/runtime/pool.py)."""
     if cfg.backend != "ray":
         return [{"CPU": driver_cpus}]
-    workers = int(cfg.ray.num_workers or 1)
+    workers = min(int(cfg.ray.num_workers or 1), int(cfg.fl.clients_per_round))
     worker = {"CPU": float(cfg.ray.num_cpus_per_worker)}
     if cfg.ray.num_gpus_per_worker:
         worker["GPU"] = float(cfg.ray.num_gpus_per_worker)

@@ -12,6 +12,8 @@ import pandas as pd
 import psutil
 import pytest
 
+import fl
+
 ROOT = Path(__file__).resolve().parents[1]
 COMPUTED = ["config_hash", "round", "accuracy", "loss", "bytes_up", "bytes_down", "catchups", "dropped"]
 CELLS = ["model=mlp_small", "fl.rounds=2", "fl.num_clients=12", "fl.clients_per_round=6", "compression.ratio=0.1",
@@ -122,6 +124,19 @@ def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exit
     assert pd.read_csv(done.parent / "rounds.csv")["num_clients"].tolist() == [10]
 
 
+def test_a_ray_cells_cell_no_node_can_hold_is_refused_before_any_cell_starts(tmp_path):
+    """A cell asking for more CPUs than the largest node has would wait forever; it is named with what it asked
+    for, exit 2, and no cell runs (the one that fits came first, and had started). Workers are capped at the
+    cohort: 8 asked for a cohort of 1 reserve 1 (it fits 2 cores), for a cohort of 10 reserve 8 (it does not)."""
+    results = tmp_path / "runs"
+    out = sweep("backend=ray", "model=mlp_small", "fl.rounds=1", "secagg=none", "ray.num_workers=8",
+                "fl.clients_per_round=1,10", "hydra/launcher=ray_cells", results=results, returncode=2)
+    lines = out.splitlines()
+    start = lines.index("fedsqueeze: 1 of 2 cells fit on no node of the cluster; none ran:")
+    assert "fl.clients_per_round=10" in lines[start + 1] and "lower ray.num_workers" in lines[start + 1]
+    assert "Traceback" not in out and not list(results.rglob("rounds.csv"))
+
+
 def test_ray_cells_runs_a_repeated_configuration_once_per_results_folder(tmp_path):
     """`-m results.dir=a,b`: the second cell computes what the first does but writes elsewhere; it was taken for a
     repeat and never wrote into b."""
@@ -139,3 +154,12 @@ def test_ray_cells_runs_a_repeated_configuration_once_per_results_folder(tmp_pat
     a, b = tmp_path / "a", tmp_path / "b"
     assert _computes(cell(a)) == _computes(cell(a)) != _computes(cell(b))
     assert _computes(cell(a)) != _computes(cell(a, seed=1))
+
+
+def test_a_ray_cells_cell_reserves_its_driver_and_no_more_workers_than_its_cohort():
+    from fl.sweep import cell_bundles
+
+    cfg = fl.compose(["backend=ray", "ray.num_workers=64", "fl.num_clients=10", "fl.clients_per_round=3",
+                      "ray.num_cpus_per_worker=0.5"])
+    assert cell_bundles(cfg, 1.0) == [{"CPU": 1.0}] + [{"CPU": 0.5}] * 3
+    assert cell_bundles(fl.compose(["backend=inline"]), 0.25) == [{"CPU": 0.25}]

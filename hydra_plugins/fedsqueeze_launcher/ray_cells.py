@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -42,7 +43,7 @@ class RayCellLauncher(Launcher):
         raystart.start(self.address)  # a local Ray (stopped below), or this process joins the cluster
         cell = ray.remote(max_retries=0)(run_cell)
         try:
-            cells, first_of = {}, {}
+            cells, first_of, planned, too_big = {}, {}, [], []
             for idx, overrides in enumerate(job_overrides, initial_job_idx):
                 config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
                 with open_dict(config):
@@ -50,12 +51,19 @@ class RayCellLauncher(Launcher):
                     if config.backend == "ray" and config.ray.num_workers is None:
                         config.ray.num_workers = 1  # what cell_bundles reserves
                 same = first_of.setdefault(_computes(config), idx)
+                bundles = cell_bundles(config, self.driver_cpus) if same == idx else None
+                if bundles is not None and (why := _does_not_fit(bundles)):
+                    too_big.append(f"  #{idx} {' '.join(filter_overrides(overrides))}: {why}")
+                planned.append((idx, overrides, config, same, bundles))
+            if too_big:  # before any cell starts: its reservation would wait forever
+                print(f"fedsqueeze: {len(too_big)} of {len(planned)} cells fit on no node of the cluster; none ran:",
+                      *too_big, sep="\n", file=sys.stderr)
+                sys.exit(2)
+            for idx, overrides, config, same, bundles in planned:
                 if same != idx:  # the same rows as an earlier cell: run once (two at once would share a folder)
                     log.info(f"\t#{idx} : {' '.join(filter_overrides(overrides))} (the same configuration as #{same})")
                     cells[idx] = (None, same, config, overrides)  # the cell it repeats, in place of a task
                     continue
-                bundles = cell_bundles(config, self.driver_cpus)
-                _check_fits(bundles, idx)
                 group = placement_group(bundles, strategy="STRICT_PACK")
                 strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=0,
                                                             placement_group_capture_child_tasks=True)
@@ -94,8 +102,8 @@ class RayCellLauncher(Launcher):
             raystart.stop()
 
 
-def _check_fits(bundles: list[dict], idx: int) -> None:
-    """Refuse a cell that no node of the cluster could ever hold: its reservation would wait forever."""
+def _does_not_fit(bundles: list[dict]) -> str | None:
+    """Why no node of the cluster could ever hold a cell's reservation (None: one could)."""
     import ray
 
     need: dict[str, float] = {}
@@ -105,9 +113,9 @@ def _check_fits(bundles: list[dict], idx: int) -> None:
     nodes = [node["Resources"] for node in ray.nodes() if node.get("Alive")]
     if not any(all(node.get(r, 0.0) >= amount for r, amount in need.items()) for node in nodes):
         largest = max(nodes, key=lambda node: node.get("CPU", 0.0), default={})
-        raise ValueError(f"cell #{idx} asks for {need} on one node (its driver and its ray.num_workers "
-                         f"workers); the largest node has {({r: largest.get(r, 0.0) for r in need})}: "
-                         "lower ray.num_workers or ray.num_cpus_per_worker")
+        return (f"asks for {need} on one node (its driver and its ray.num_workers workers); the largest node has "
+                f"{({r: largest.get(r, 0.0) for r in need})}: lower ray.num_workers or ray.num_cpus_per_worker")
+    return None
 
 
 def _computes(config: DictConfig) -> str:

@@ -57,3 +57,22 @@ def test_a_cell_another_process_is_running_is_left_to_it_and_a_sweep_goes_on(tmp
         assert len([p for p in runs.glob("*/done.json")]) == 1  # seed 1 ran
     finally:
         theirs.release()
+
+
+def test_ctrl_c_ends_a_run_with_one_line_and_status_130_keeping_its_rows(tmp_path):
+    """Interrupted mid-run: no trace of whatever torch was doing, and its rows so far kept (unfinished)."""
+    import signal
+    import time
+
+    runs = tmp_path / "runs"
+    args = [sys.executable, str(ROOT / "simulate.py"), "backend=inline", "model=mlp_small", "fl.rounds=400",
+            "secagg=none", f"results.dir={runs}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(len(p.read_text().splitlines()) > 2 for p in runs.glob("*/rounds.csv")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "Traceback" not in err and "fedsqueeze: interrupted." in err
+    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    assert not (folder / "done.json").exists() and len(pd.read_csv(folder / "rounds.csv")) >= 2

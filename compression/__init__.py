@@ -13,7 +13,8 @@ whose heavy hitters pick the shared index set when updates are masked) and `Sket
 
 To add a codec: write one file in this package holding a `Codec` subclass (its size formula in the
 class docstring) that ends in `register('name', TheClass)`. Every module of the package is imported
-below, so nothing else needs editing (see README, "Adding a codec").
+below, so nothing else in the package needs editing; its tests need a size formula, an accuracy bound and a
+bar in the existing test files (docs/adding_a_codec.md, "Tests").
 """
 
 import importlib as _importlib

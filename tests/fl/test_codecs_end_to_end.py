@@ -34,6 +34,8 @@ def test_every_registered_codec_trains_without_masking_and_sends_its_stated_size
 
     overrides = ["model=mlp_small", "secagg=none", "fl.rounds=6", f"compression.name={codec}",
                  "compression.ratio=0.1", "compression.server=false"]
+    if codec not in BARS:
+        pytest.fail(f"no accuracy bar for codec {codec!r}: add one to BARS (a few points below what it reaches here)")
     rows = run(tmp_path, *overrides)
     assert (rows["compression"] == codec).all()
     assert rows["accuracy"].iloc[-1] >= BARS[codec], rows["accuracy"].iloc[-1]

@@ -148,7 +148,7 @@ def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
     round_s = float(steady["t_round"].median())
     train_s = float((steady["t_train"] / workers).median())
     with_state = n if cell["compression"] != "none" else 0
-    median = lambda *columns, per=1: float(sum(steady[c] for c in columns if c in steady).median() / per)  # noqa: E731
+    median = lambda *columns, per=1: float(sum(steady[c].fillna(0) for c in columns if c in steady).median() / per)  # noqa: E731
     server_s = median("t_broadcast", "t_aggregate", "t_unmask", "t_decode")
     # evaluation after the round, plus a worker's share of an evaluation carried by the next round's training
     carried = rows["t_evaluate_carried"].fillna(0) if "t_evaluate_carried" in rows else 0 * rows["t_evaluate"]

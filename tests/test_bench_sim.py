@@ -53,3 +53,17 @@ def test_the_fashion_mnist_rows_parts_and_overhead_share_are_taken_against_the_r
         assert row.round_s == pytest.approx(1.2) and row.evaluate_s == pytest.approx(0.2)
         assert row.overhead_share == pytest.approx(1 - 0.8 / 1.2)
         assert row.train_s + row.server_s + row.client_work_s + row.evaluate_s + row.rest_s == pytest.approx(row.round_s)
+
+
+def test_a_plain_cells_parts_of_a_round_are_numbers(tmp_path, ray_session):
+    """A plain run's rows hold masking's columns empty (fl.run returns rounds.csv's rows): its server and client
+    parts must count them as 0 s, not turn the whole part into NaN."""
+    import math
+
+    from experiments.bench_sim import run_cell
+
+    out = run_cell({"clients": 4, "model": "mlp_small", "secagg": "none", "compression": "topk", "seed": 0}, 3,
+                   str(tmp_path))
+    for key in ("server_s", "client_work_s", "rest_s", "overhead_share", "evaluate_s"):
+        assert math.isfinite(out[key]), (key, out[key])
+    assert out["server_s"] > 0 and out["client_work_s"] > 0

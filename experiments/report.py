@@ -214,6 +214,7 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         run = run.sort_values("round")
         reached = run.loc[run["accuracy"] >= target, "round"]
         out = {k: run[k].iloc[0] for k in SETTING + ["seed", "base"]}
+        out["host"] = run["env_cpu"].iloc[0] if "env_cpu" in run and pd.notna(run["env_cpu"].iloc[0]) else "unknown"
         # all clients' upload until the target is first reached, per client of the population
         upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
             if len(reached) else np.nan
@@ -285,6 +286,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
               round_s=("t_round", "mean"), round_trips=("round_trips", "mean"),
               rounds_to_target=("rounds_to_target", "mean"),
               reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean"),
+              hosts=("host", lambda h: " + ".join(sorted(set(h)))),
               **{c: (c, "mean") for c in LOST}).reset_index()
     base = _dense_baseline(t)
     t["up_vs_dense"] = t["up_per_client"].to_numpy() / base["up_per_client"].to_numpy()
@@ -363,13 +365,17 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              + (LINK_NOTE if links else ""), ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
+    hosts = sorted({h for hs in t["hosts"] for h in hs.split(" + ")})
+    tag = {h: chr(ord("A") + i) for i, h in enumerate(hosts)}
+    lines += ["Hosts (the CPU a line's runs ran on, in the host column; seconds compare only between lines of one "
+              "host, and a line over two averages them): " + "; ".join(f"{tag[h]} = {h}" for h in hosts), ""]
     if code:
         lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
     others, lost = _has_others(t), _has_lost(t)  # these columns only where a line has some
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits "
               f"{'| other settings ' if others else ''}| seeds | accuracy "
               f"| last {LAST} | Δ vs dense "
-              "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
+              "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s | host "
               f"| rounds to {target} | upload to {target} |"
               + "".join(f" wire s, {link_name(k)} |" for k in links) + (" round trips |" if links else "")
               + (" dropped / round | rejected / round | clipped / round | aborted rounds |" if lost else ""))
@@ -385,6 +391,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_num(r.accuracy_change, '+.3f')} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
+            f"| {' + '.join(tag[h] for h in r.hosts.split(' + '))} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
             + "".join(f" {_num(getattr(r, wire_column(k)), '.3f')} |" for k in links)
@@ -455,7 +462,9 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
                 else [((None, None), sparse)]:
             if widths and not pd.isna(bits):
                 policy = f"{policy}, {bits:.0f}-bit field"
-            s = pd.concat([dense, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).fillna(0).sort_index()
+            # a run without a final accuracy (NaN) is not a 0; a point of one run has no spread to draw
+            s = pd.concat([dense, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).dropna(subset=["mean"])
+            s = s.assign(std=s["std"].fillna(0)).sort_index()
             params = int(g["n_params"].iloc[0])
             run_length = (f", {rounds} rounds" if lengths else "") + (f", {other}" if other else "")
             key = (f"{model} ({params:,} params), {dataset} {partition}", policy if secagg != "none" else None,
@@ -464,7 +473,7 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     fig, ax = plt.subplots(figsize=(9, 4.5 + 0.12 * min(len(lines), 40)))  # the legend goes below the axes
     ax.set_prop_cycle(STYLES)
     for (name, policy, run_length, plain, _, _), (s, protocols) in lines.items():
-        masked = "" if plain else f", {'/'.join(protocols)} {policy}"
+        masked = "" if plain else f", {'/'.join(protocols)}" + (f" {policy}" if policy is not None else " (dense)")
         ax.errorbar(s.index, s["mean"], yerr=s["std"], capsize=3, linestyle="-" if plain else "--",
                     label=f"{name}{masked}{run_length}")
     ax.set_xscale("log")
@@ -561,21 +570,29 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
 
 
 def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
-    t_runs = t_runs.assign(setting=setting_names(t_runs))
+    """One bar per setting, environment, host and run length (seconds are never averaged across machines, backends
+    or lengths of run); a black tick marks the round's wall time, which stages summed over the cohort can exceed."""
+    t_runs = t_runs.assign(setting=setting_names(t_runs), env=t_runs["env"] if "env" in t_runs else "",
+                           host=t_runs["host"] if "host" in t_runs else "")
     # a stage a setting has not (no masking: t_mask is blank) is 0 s; a blank would stop the stack there
-    g = t_runs.groupby(["dataset", "partition", "model", "setting"])[STAGES + ["t_round"]].mean().fillna(0.0)
+    keys = ["dataset", "partition", "model", "setting", "env", "host", "rounds"]
+    g = t_runs.groupby(keys)[STAGES + ["t_round"]].mean().fillna(0.0)
     g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
-    names = [f"{d} ({p}) {m} {s}" for d, p, m, s in g.index]
+    envs, hosts, lengths = (g.index.get_level_values(k).nunique() > 1 for k in ("env", "host", "rounds"))
+    names = [f"{d} ({p}) {m} {s}" + (f", {r:g} rounds" if lengths else "") + (f" [{e}]" if envs else "")
+             + (f" [{' '.join(h.split()[:2])}]" if hosts else "") for d, p, m, s, e, h, r in g.index]
     fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 3.6 + 0.055 * max(map(len, names))))  # room for the names
     bottom = np.zeros(len(g))
     for stage in STAGES + ["other"]:
         ax.bar(range(len(g)), g[stage], bottom=bottom, label=stage.removeprefix("t_"))
         bottom += g[stage].to_numpy()
+    ax.scatter(range(len(g)), g["t_round"], marker="_", s=200, color="black", zorder=3, label="round (wall)")
     ax.set_xticks(range(len(g)))
     ax.set_xticklabels(names, rotation=70, ha="right", fontsize=7)
     ax.set_ylabel("seconds per round")
     ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort, a carried evaluation "
-                 "over the workers;\nother = the rest of the round)", fontsize=10)
+                 "over the workers;\nother = the rest of the round; unmask, setup, broadcast and sync are in it)",
+                 fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=120)

@@ -479,3 +479,41 @@ def test_a_masked_line_under_dropouts_is_compared_with_the_dense_baseline_under_
     masked = t[t["secagg"] == "dh"].iloc[0]
     assert masked["accuracy_change"] == pytest.approx(-0.05) and "secagg.dropout=0.05" in masked["other"]
     assert sorted(t[t["secagg"] == "none"]["other"]) == ["secagg.dropout=0.0", "secagg.dropout=0.05"]
+
+
+def test_the_time_breakdown_never_averages_runs_of_other_environments_or_lengths(tmp_path, monkeypatch):
+    """niid_bench's bars averaged a 50-round inline run with a 10-round Ray run of one setting (170.7 s of
+    training, which neither took); each is its own bar now, with its round's wall time marked."""
+    runs = pd.DataFrame([_run("none", "per-client", 0.01, 0.7) | {s: 0.0 for s in report.STAGES}
+                         | dict(env=env, rounds=rounds, seed=0, other="", t_train=train, t_round=train + 1.0)
+                         for env, rounds, train in (("cpu, inline x1", 50, 82.0), ("cpu, ray x2", 10, 260.0))])
+    bars = []
+    monkeypatch.setattr(report.plt.Axes, "bar", lambda self, x, h, **kw: bars.append((kw["label"], list(h))))
+    monkeypatch.setattr(report.plt.Axes, "scatter", lambda self, x, y, **kw: bars.append((kw["label"], list(y))))
+    report.plot_time_breakdown(runs, tmp_path / "t.png")
+    drawn = dict(bars)
+    assert drawn["train"] == [82.0, 260.0] and drawn["round (wall)"] == [83.0, 261.0]
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")
+def test_a_ratio_whose_runs_have_no_accuracy_is_not_drawn_at_zero_and_a_dense_only_masked_line_is_named(
+        tmp_path, monkeypatch):
+    runs = pd.DataFrame([_run("none", "dense", 1.0, 0.80, "none"), _run("none", "per-client", 0.1, 0.75),
+                         _run("none", "per-client", 0.01, np.nan), _run("dh", "all", 1.0, 0.79, "none")])
+    drawn = []
+    monkeypatch.setattr(report.plt.Axes, "errorbar",
+                        lambda self, x, y, **kw: drawn.append((kw["label"], list(x), list(y))))
+    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    lines = {label: (x, y) for label, x, y in drawn}
+    plain = next(v for k, v in lines.items() if "dh" not in k)
+    assert plain == ([0.1, 1.0], [0.75, 0.80])  # 0.01 left out, not a point at 0
+    assert any(k.endswith(", dh (dense)") for k in lines) and not any("None" in k for k in lines)
+
+
+def test_the_table_names_the_host_of_each_line():
+    rows = pd.DataFrame(_rows("a", 0, 20, 0.66) + _rows("b", 1, 20, 0.68) + _rows("c", 0, 12, 0.67))
+    rows["env_cpu"] = ["AMD EPYC"] * 4 + ["Intel Xeon"] * 2
+    md = report.markdown(report.table(report.per_run(rows, target=0.6)), [], 0.6, "cmd")
+    assert "A = AMD EPYC; B = Intel Xeon" in md
+    line12, line20 = (next(x for x in md.splitlines() if f"| {b} | " in x and x.startswith("| cpu")) for b in (12, 20))
+    assert "| B |" in line12 and "| A |" in line20

@@ -77,6 +77,9 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                 seen[run_id] = path.parent
                 if label:
                     frame["dataset"] = label
+                if "index_policy" in frame:  # `fresh` with the count-sketch summary is recorded as plain `fresh`
+                    # (every other summary names itself): named here, so it never reads as the default policy
+                    frame.loc[frame["index_policy"].astype(str) == "fresh", "index_policy"] = "fresh(sketch)"
                 frames.append(_label_summary_bits(frame, path.parent / "config.json"))
                 configs[run_id] = _settings(path.parent / "config.json")
             else:

@@ -517,3 +517,15 @@ def test_the_table_names_the_host_of_each_line():
     assert "A = AMD EPYC; B = Intel Xeon" in md
     line12, line20 = (next(x for x in md.splitlines() if f"| {b} | " in x and x.startswith("| cpu")) for b in (12, 20))
     assert "| B |" in line12 and "| A |" in line20
+
+
+def test_fresh_with_the_count_sketch_summary_is_named_so_not_read_as_the_default_policy(tmp_path):
+    """Its rows say plain `fresh` (every other summary names itself, as `fresh(marginals)` the default does)."""
+    run = tmp_path / "sketch"
+    run.mkdir()
+    rows = pd.DataFrame(_rows("a", 0, 20, 0.7))
+    rows["index_policy"] = "fresh"
+    rows.to_csv(run / "rounds.csv", index=False)
+    _mark_done(run)
+    loaded, _ = report.load([str(tmp_path)])
+    assert set(loaded["index_policy"]) == {"fresh(sketch)"}

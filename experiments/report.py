@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
-from fl.results import finished  # noqa: E402
+from fl.results import finished, read_rows  # noqa: E402
 from experiments.outputs import check_target, command_line, together  # noqa: E402
 from experiments.grid import accuracy_cell  # noqa: E402
 
@@ -68,7 +68,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         label = (labels or {}).get(_folder(d))
         for path in sorted(Path(d).rglob("rounds.csv")):
             if finished(path.parent):
-                frame = pd.read_csv(path)
+                frame = read_rows(path)
                 run_id = frame["run_id"].iloc[0]
                 if run_id in seen:  # the same run copied into two folders: its rows count once
                     print(f"report: run {run_id} is in {seen[run_id]} and {path.parent}; counted once",
@@ -582,8 +582,9 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     g = t_runs.groupby(keys)[STAGES + ["t_round"]].mean().fillna(0.0)
     g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
     envs, hosts, lengths = (g.index.get_level_values(k).nunique() > 1 for k in ("env", "host", "rounds"))
+    tag = {h: chr(ord("A") + i) for i, h in enumerate(sorted(set(g.index.get_level_values("host"))))}  # as the table
     names = [f"{d} ({p}) {m} {s}" + (f", {r:g} rounds" if lengths else "") + (f" [{e}]" if envs else "")
-             + (f" [{' '.join(h.split()[:2])}]" if hosts else "") for d, p, m, s, e, h, r in g.index]
+             + (f" [host {tag[h]}]" if hosts else "") for d, p, m, s, e, h, r in g.index]
     fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 3.6 + 0.055 * max(map(len, names))))  # room for the names
     bottom = np.zeros(len(g))
     for stage in STAGES + ["other"]:
@@ -597,6 +598,8 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
                  "over the workers;\nother = the rest of the round; unmask, setup, broadcast and sync are in it)",
                  fontsize=10)
     ax.legend(fontsize=8)
+    if hosts:
+        ax.set_xlabel("hosts: " + "; ".join(f"{t} = {h}" for h, t in tag.items()), fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

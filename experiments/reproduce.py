@@ -25,6 +25,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 import fl
+from fl.results import read_rows
 
 COMPARED = ("accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol", "bytes_up_sketch",
             "bytes_down", "catchups", "rejected", "aborted", "dropped")
@@ -90,7 +91,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for run_dir in args.runs:
             fresh = rerun(run_dir, args.rounds, args.backend, args.workers, Path(tmp))
-            diffs, notes = compare(pd.read_csv(run_dir / "rounds.csv"), fresh)
+            diffs, notes = compare(read_rows(run_dir / "rounds.csv"), fresh)
             print(f"{run_dir}: {'identical' if not diffs else 'DIFFERS'} over {len(fresh)} rounds "
                   f"({args.backend}, workers {args.workers or 'default'})")
             for d in diffs + notes:

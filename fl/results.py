@@ -156,9 +156,7 @@ class RunLog:
                 pass
 
     def read(self) -> pd.DataFrame:
-        import pandas as pd
-
-        return pd.read_csv(self.path)
+        return read_rows(self.path)
 
     def start(self, cfg_dict: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -177,10 +175,7 @@ class RunLog:
         self._file.flush()
 
     def finish(self, summary: dict) -> None:
-        if self._file is not None:  # the rows reach the disk before the file that says they are all there
-            self._file.flush()
-            os.fsync(self._file.fileno())
-        self.close()
+        self.close()  # the rows reach the disk (close syncs them) before the file that says they are all there
         write_atomic(self.done_path, json.dumps(summary, indent=2, sort_keys=True))
 
     def fail(self, error: str) -> None:
@@ -189,9 +184,24 @@ class RunLog:
         (self.dir / f"failed-{self.run_id}.txt").write_text(error + "\n")
 
     def close(self) -> None:
+        """Flush and sync the rows to the disk, then close (the simulation closes before `finish` writes done.json,
+        which must never name rows still in a buffer)."""
         if self._file is not None:
+            self._file.flush()
+            os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
+
+
+ID_COLUMNS = {"run_id": str, "config_hash": str, "code": str}  # hex ids: 12 digits would read as an int, 1e5... as inf
+
+
+def read_rows(path) -> pd.DataFrame:
+    """A rounds.csv as a frame, its ids as the strings they are (pandas would read an all-digit id as a number,
+    dropping a leading zero, and one like '78e506004120' as inf)."""
+    import pandas as pd
+
+    return pd.read_csv(path, dtype=ID_COLUMNS)
 
 
 def finished(folder: Path) -> bool:

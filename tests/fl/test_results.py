@@ -1,4 +1,7 @@
 """The config hash names an experiment: where it runs and where its rows go are not part of it."""
+import json
+
+import pandas as pd
 import pytest
 
 import fl
@@ -197,3 +200,26 @@ def test_a_config_json_that_does_not_parse_is_named_by_rehash_and_report_and_not
     assert (tmp_path / "0000000000aa" / "config.json").read_text() == '{"seed": '
     with pytest.raises(SystemExit, match="0000000000aa/config.json cannot be read"):
         report._settings(tmp_path / "0000000000aa" / "config.json")
+
+
+def test_ids_that_look_like_numbers_read_back_as_the_strings_they_are(tmp_path):
+    """pandas read '78e506004120' as inf and '000123456789' as 123456789: fl.run returned such a config hash as a
+    float (the folder name lost), and the report took two runs whose ids both read as inf for one run copied twice."""
+    from experiments import report
+    from fl.results import read_rows
+
+    for name, run_id, chash in (("a", "1e5000000001", "78e506004120"), ("b", "2e5000000002", "000123456789")):
+        run = tmp_path / name / chash
+        run.mkdir(parents=True)
+        rows = pd.DataFrame([{"run_id": run_id, "config_hash": chash, "code": "0123456789ab", "seed": 0,
+                              "dataset": "digits", "partition": "iid", "model": "mlp_small", "n_params": 10,
+                              "compression": "none", "ratio": 1.0, "error_feedback": False, "secagg": "none",
+                              "index_policy": "dense", "round": 0, "accuracy": 0.5, "num_clients": 10,
+                              "bytes_up": 10, "bytes_up_per_client": 1, "bytes_down_per_client": 1, "t_round": 1.0}])
+        rows.to_csv(run / "rounds.csv", index=False)
+        (run / "done.json").write_text(json.dumps({"run_id": run_id, "rounds": 1}))
+        back = read_rows(run / "rounds.csv")
+        assert (back["run_id"].iloc[0], back["config_hash"].iloc[0], back["code"].iloc[0]) == (run_id, chash,
+                                                                                             "0123456789ab")
+    loaded, _ = report.load([str(tmp_path / "a"), str(tmp_path / "b")])
+    assert sorted(loaded["run_id"]) == ["1e5000000001", "2e5000000002"]  # two runs, not one 'inf' counted once

@@ -59,6 +59,8 @@ if __name__ == "__main__":
     except KeyboardInterrupt:  # Ctrl-C: one line, not the trace of whatever torch was doing
         print("fedsqueeze: interrupted. Finished runs are kept, and the interrupted run's rows as "
               "rounds.incomplete-<run_id>.csv on the rerun; rerun the command to resume", file=sys.stderr)
+        for line in UNFINISHED:  # cells of the sweep that had already ended without finishing
+            print(f"  also did not finish: {line}", file=sys.stderr)
         sys.exit(130)
     if UNFINISHED:  # a sweep whose every cell did not finish: say which, and exit 1 (rerun to resume)
         print(f"fedsqueeze: {len(UNFINISHED)} cell(s) of the sweep did not finish; rerun the command to retry:",

@@ -19,12 +19,18 @@ def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/
             rows = run_when_free(fl.compose([*overrides, f"seed={seed}", f"backend={backend}",
                                              f"results.dir={runs_dir}"]))
             out.append({"setting": label, "seed": seed, "partition": rows["partition"].iloc[0],
-                        "host": rows["env_cpu"].iloc[0], "compression": rows["compression"].iloc[0],
+                        "host": _host(rows), "compression": rows["compression"].iloc[0],
                         "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],
                         "policy_ran": rows["index_policy"].iloc[0], "accuracy": rows["accuracy"].iloc[-1],
                         "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum(),
                         "s_per_round": rows["t_round"].iloc[1:].median() if len(rows) > 1 else rows["t_round"].iloc[0]})
     return pd.DataFrame(out)
+
+
+def _host(rows: pd.DataFrame) -> str:
+    """The CPU a run's rows name ('unknown' for rows kept before it was a column)."""
+    cpu = rows["env_cpu"].iloc[0] if "env_cpu" in rows else None
+    return str(cpu) if isinstance(cpu, str) and cpu else "unknown"
 
 
 def run_when_free(cfg, poll_s: float = 10.0) -> pd.DataFrame:

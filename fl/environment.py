@@ -9,6 +9,7 @@ from pathlib import Path
 
 # the paths whose changes change what a run computes (results/ and docs/ do not)
 CODE_PATHS = ("fl", "compression", "secagg", "conf", "simulate.py", "experiments", "pyproject.toml")
+SOURCE_SUFFIXES = (".py", ".yaml", ".yml", ".proto", ".toml")  # a new file of these is new code
 
 
 @functools.lru_cache(maxsize=1)
@@ -46,9 +47,10 @@ def code_version(root: Path | None = None) -> str:
         if Path(git("rev-parse", "--show-toplevel")).resolve() != root.resolve():
             raise subprocess.SubprocessError("installed inside another project's checkout")
         commit = git("rev-parse", "--short=12", "HEAD")
-        # a new file counts too (a codec added as compression/<name>.py and registered is new code); ignored
-        # files (caches) and anything outside the code's paths (results) do not
-        changed = git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS)
+        # a new source file counts too (a codec added as compression/<name>.py is new code); other new files (an
+        # editor's swap file, notes, a run's lock), ignored ones (caches) and anything outside the code's paths do not
+        status = git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS).splitlines()
+        changed = [line for line in status if not line.startswith("??") or line.endswith(SOURCE_SUFFIXES)]
         return commit + ("+modified" if changed else "")
     except (OSError, subprocess.SubprocessError):
         from importlib import metadata

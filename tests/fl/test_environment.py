@@ -50,6 +50,10 @@ def test_a_new_untracked_code_file_is_modified_code_but_an_ignored_one_is_not(ch
     (checkout / "fl" / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"\0")
     environment.code_version.cache_clear()
     assert environment.code_version(checkout) == commit
+    for junk in (".simulation.py.swp", "notes.txt", ".DS_Store"):  # an editor's, a user's, an OS's: not code
+        (checkout / "fl" / junk).write_text("x")
+    environment.code_version.cache_clear()
+    assert environment.code_version(checkout) == commit
     (checkout / "fl" / "sign.py").write_text("y = 1\n")
     environment.code_version.cache_clear()
     assert environment.code_version(checkout) == commit + "+modified"

@@ -9,6 +9,7 @@ its row is written once that call is back: a round late, with the same figures.
 from __future__ import annotations
 
 import resource
+import sys
 import time
 from collections import defaultdict
 
@@ -186,4 +187,8 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
                 "started_at": log.started_at, **(timeline or {})})
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
+    aborted = int(frame["aborted"].fillna(False).astype(bool).sum()) if "aborted" in frame else 0
+    if aborted == len(rows):  # the run is finished, but the model never moved: say so rather than let a 0.1 pass
+        print(f"fedsqueeze: warning: every round aborted ({aborted} of {len(rows)}), so the model is the initial "
+              "one; the dropped_* and rejected columns say which clients were lost at which step", file=sys.stderr)
     return log.read()

@@ -390,6 +390,15 @@ def test_dropout_below_threshold_aborts_rounds_leaves_the_model_unchanged_and_fi
             assert rows["loss"][r] != rows["loss"][r - 1]  # an applied round moves the model
 
 
+def test_a_run_whose_every_round_aborted_says_so_when_it_ends(tmp_path, capsys):
+    """It finishes (its rows are the measurement), but a final accuracy of chance must not pass unremarked."""
+    rows = small(tmp_path, "secagg.dropout=0.4", "fl.rounds=3")
+    assert rows["aborted"].all()
+    assert "warning: every round aborted (3 of 3), so the model is the initial one" in capsys.readouterr().err
+    small(tmp_path / "fine", "secagg.dropout=0.0", "fl.rounds=2")
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_secaggplus_with_dropouts_applies_the_same_sums_as_full_graph_dh(tmp_path):
     """The same seeded dropouts leave the same survivors, whose exact sum both protocols recover: the models
     are identical while SecAgg+ uploads fewer protocol bytes."""

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 import fl
+from experiments import hosts
 from experiments.outputs import together
 from fl.errors import RunInProgress
 
@@ -19,18 +20,12 @@ def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/
             rows = run_when_free(fl.compose([*overrides, f"seed={seed}", f"backend={backend}",
                                              f"results.dir={runs_dir}"]))
             out.append({"setting": label, "seed": seed, "partition": rows["partition"].iloc[0],
-                        "host": _host(rows), "compression": rows["compression"].iloc[0],
+                        "host": hosts.of(rows), "compression": rows["compression"].iloc[0],
                         "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],
                         "policy_ran": rows["index_policy"].iloc[0], "accuracy": rows["accuracy"].iloc[-1],
                         "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum(),
                         "s_per_round": rows["t_round"].iloc[1:].median() if len(rows) > 1 else rows["t_round"].iloc[0]})
     return pd.DataFrame(out)
-
-
-def _host(rows: pd.DataFrame) -> str:
-    """The CPU a run's rows name ('unknown' for rows kept before it was a column)."""
-    cpu = rows["env_cpu"].iloc[0] if "env_cpu" in rows else None
-    return str(cpu) if isinstance(cpu, str) and cpu else "unknown"
 
 
 def run_when_free(cfg, poll_s: float = 10.0) -> pd.DataFrame:
@@ -56,15 +51,14 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
                   bytes_up_mb=("bytes_up", lambda b: b.mean() / 1e6),
                   bytes_down_mb=("bytes_down", lambda b: b.mean() / 1e6),
                   s_per_round=("s_per_round", "mean"),
-                  hosts=("host", lambda h: " + ".join(sorted(set(h))))).reset_index())
+                  hosts=("host", hosts.pooled)).reset_index())
     dense = table.loc[(table["compression"] == "none") & (table["secagg"] == "none")]
     if dense["partition"].duplicated().any() or not set(table["partition"]) <= set(dense["partition"]):
         raise ValueError(f"need one dense setting per partition, got {dense[['setting', 'partition']].values.tolist()} "
                          f"for partitions {sorted(set(table['partition']))}")
-    base = table["partition"].map(dense.set_index("partition")["bytes_up_mb"])
-    table["upload_vs_dense"] = table["bytes_up_mb"] / base
-    table["accuracy_vs_dense"] = table["accuracy_mean"] - table["partition"].map(
-        dense.set_index("partition")["accuracy_mean"])
+    base = dense.set_index("partition")
+    table["upload_vs_dense"] = table["bytes_up_mb"] / table["partition"].map(base["bytes_up_mb"])
+    table["accuracy_vs_dense"] = table["accuracy_mean"] - table["partition"].map(base["accuracy_mean"])
     return table
 
 
@@ -81,15 +75,14 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
     lines = [f"# {title}", "", f"Regenerate: `{command}`", "", description, "",
              "| setting | codec | ratio | secagg | positions | seeds | accuracy | Δ vs dense | upload MB "
              "| upload vs dense | download MB | s / round | host |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    hosts = sorted({h for hs in table["hosts"] for h in hs.split(" + ")})
-    tag = {h: chr(ord("A") + i) for i, h in enumerate(hosts)}
+    tag = hosts.letters(table["hosts"])
     for r in table.itertuples():
         lines.append(f"| {r.setting} | {r.compression} | {r.ratio:g} | {r.secagg} | {r.policy_ran} | {r.seeds} "
                      f"| {accuracy_cell(r.accuracy_mean, r.accuracy_std, r.seeds)} "
                      f"| {r.accuracy_vs_dense:+.3f} | {r.bytes_up_mb:.2f} | {r.upload_vs_dense:.3f}x "
-                     f"| {r.bytes_down_mb:.2f} | {r.s_per_round:.2f} | {' + '.join(tag[h] for h in r.hosts.split(' + '))} |")
+                     f"| {r.bytes_down_mb:.2f} | {r.s_per_round:.2f} | {hosts.lettered(r.hosts, tag)} |")
     legend = ["", "Hosts (the CPU each setting's runs were made on; seconds per round compare only between rows of "
-              "one host): " + "; ".join(f"{tag[h]} = {h}" for h in hosts) + "."]
+              "one host): " + hosts.legend(tag) + "."]
     md = "\n".join([*lines, *legend, *notes]) + "\n"
     with together(path.with_suffix(".csv"), path.with_suffix(".md")) as (csv, markdown):
         table.to_csv(csv, index=False)

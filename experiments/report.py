@@ -29,6 +29,7 @@ import pandas as pd  # noqa: E402
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
 from fl.results import finished, read_rows  # noqa: E402
 from experiments.outputs import check_target, command_line, together  # noqa: E402
+from experiments import hosts  # noqa: E402
 from experiments.grid import accuracy_cell  # noqa: E402
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
@@ -77,10 +78,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                 seen[run_id] = path.parent
                 if label:
                     frame["dataset"] = label
-                if "index_policy" in frame:  # `fresh` with the count-sketch summary is recorded as plain `fresh`
-                    # (every other summary names itself): named here, so it never reads as the default policy
-                    frame.loc[frame["index_policy"].astype(str) == "fresh", "index_policy"] = "fresh(sketch)"
-                frames.append(_label_summary_bits(frame, path.parent / "config.json"))
+                frames.append(_name_policy(frame, path.parent / "config.json"))
                 configs[run_id] = _settings(path.parent / "config.json")
             else:
                 incomplete.append(path)
@@ -176,11 +174,15 @@ def _plain(value: str) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
-def _label_summary_bits(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
-    """A `fresh` run whose first exchange's summary had bits of its own (compression.sketch_quant_bits, not the
-    values' secagg.quant_bits) says so in its index_policy, so that it is never pooled with, nor read as, the
-    same policy at the default."""
-    if not config.exists() or "index_policy" not in frame:
+def _name_policy(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
+    """A run's index_policy as tables and legends name it. `fresh` with the count-sketch summary, recorded as plain
+    `fresh` (every other summary names itself), is `fresh(sketch)`, never read as the default policy; a `fresh` run
+    whose first exchange's summary had bits of its own (compression.sketch_quant_bits, not the values'
+    secagg.quant_bits) says so, so that it is never pooled with, nor read as, the same policy at the default."""
+    if "index_policy" not in frame:
+        return frame
+    frame.loc[frame["index_policy"].astype(str) == "fresh", "index_policy"] = "fresh(sketch)"
+    if not config.exists():
         return frame
     cfg = _config(config)
     bits = cfg.get("compression", {}).get("sketch_quant_bits")
@@ -217,7 +219,7 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         run = run.sort_values("round")
         reached = run.loc[run["accuracy"] >= target, "round"]
         out = {k: run[k].iloc[0] for k in SETTING + ["seed", "base"]}
-        out["host"] = run["env_cpu"].iloc[0] if "env_cpu" in run and pd.notna(run["env_cpu"].iloc[0]) else "unknown"
+        out["host"] = hosts.of(run)
         # all clients' upload until the target is first reached, per client of the population
         upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
             if len(reached) else np.nan
@@ -289,7 +291,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
               round_s=("t_round", "mean"), round_trips=("round_trips", "mean"),
               rounds_to_target=("rounds_to_target", "mean"),
               reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean"),
-              hosts=("host", lambda h: " + ".join(sorted(set(h)))),
+              hosts=("host", hosts.pooled),
               **{c: (c, "mean") for c in LOST}).reset_index()
     base = _dense_baseline(t)
     t["up_vs_dense"] = t["up_per_client"].to_numpy() / base["up_per_client"].to_numpy()
@@ -368,10 +370,9 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              + (LINK_NOTE if links else ""), ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
-    hosts = sorted({h for hs in t["hosts"] for h in hs.split(" + ")})
-    tag = {h: chr(ord("A") + i) for i, h in enumerate(hosts)}
+    tag = hosts.letters(t["hosts"])
     lines += ["Hosts (the CPU a line's runs ran on, in the host column; seconds compare only between lines of one "
-              "host, and a line over two averages them): " + "; ".join(f"{tag[h]} = {h}" for h in hosts), ""]
+              "host, and a line over two averages them): " + hosts.legend(tag), ""]
     if code:
         lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
     others, lost = _has_others(t), _has_lost(t)  # these columns only where a line has some
@@ -394,7 +395,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_num(r.accuracy_change, '+.3f')} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
-            f"| {' + '.join(tag[h] for h in r.hosts.split(' + '))} "
+            f"| {hosts.lettered(r.hosts, tag)} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
             + "".join(f" {_num(getattr(r, wire_column(k)), '.3f')} |" for k in links)
@@ -581,10 +582,10 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     keys = ["dataset", "partition", "model", "setting", "env", "host", "rounds"]
     g = t_runs.groupby(keys)[STAGES + ["t_round"]].mean().fillna(0.0)
     g["other"] = (g["t_round"] - g[STAGES].sum(axis=1)).clip(lower=0)
-    envs, hosts, lengths = (g.index.get_level_values(k).nunique() > 1 for k in ("env", "host", "rounds"))
-    tag = {h: chr(ord("A") + i) for i, h in enumerate(sorted(set(g.index.get_level_values("host"))))}  # as the table
+    envs, several, lengths = (g.index.get_level_values(k).nunique() > 1 for k in ("env", "host", "rounds"))
+    tag = hosts.letters(g.index.get_level_values("host"))  # as the table letters them
     names = [f"{d} ({p}) {m} {s}" + (f", {r:g} rounds" if lengths else "") + (f" [{e}]" if envs else "")
-             + (f" [host {tag[h]}]" if hosts else "") for d, p, m, s, e, h, r in g.index]
+             + (f" [host {tag[h]}]" if several else "") for d, p, m, s, e, h, r in g.index]
     fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 3.6 + 0.055 * max(map(len, names))))  # room for the names
     bottom = np.zeros(len(g))
     for stage in STAGES + ["other"]:
@@ -598,8 +599,8 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
                  "over the workers;\nother = the rest of the round; unmask, setup, broadcast and sync are in it)",
                  fontsize=10)
     ax.legend(fontsize=8)
-    if hosts:
-        ax.set_xlabel("hosts: " + "; ".join(f"{t} = {h}" for h, t in tag.items()), fontsize=7)
+    if several:
+        ax.set_xlabel("hosts: " + hosts.legend(tag), fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

@@ -3,6 +3,7 @@ per worker per step. Every client masks the same layout (fl.rounds.layout): its 
 the round's shared index set, or a linear codec's table; the server only ever learns the survivors' sum."""
 from __future__ import annotations
 
+import functools
 import hashlib
 import time
 
@@ -100,14 +101,8 @@ def _leave(worker, cid: int) -> None:
 def share_keys(worker, rosters: tuple[bytes, ...], clients: list[int], t: dict):
     """Step 2: Shamir shares of each client's self-mask seed and mask key, encrypted per recipient. A roster
     that does not decode is each client's refusal (it drops out), as any message it cannot check."""
-    decoded = {}
-
-    def act(e, c):
-        if e not in decoded:
-            decoded[e] = wire.decode_roster(rosters[e])
-        return wire.encode_share_keys(c.share_keys(decoded[e]))
-
-    yield from _step(worker, clients, act, t)
+    roster = functools.cache(lambda e: wire.decode_roster(rosters[e]))  # once per exchange, inside _step's checks
+    yield from _step(worker, clients, lambda e, c: wire.encode_share_keys(c.share_keys(roster(e))), t)
 
 
 def _mask(worker, exchange: int, cid: int, bundle: bytes, vector: np.ndarray, bits: int, t: dict):
@@ -237,14 +232,8 @@ def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, 
 def unmask(worker, request: bytes, clients: list[int], exchange: int, t: dict):
     """Step 4 (per exchange): shares of b for survivors, of the mask key for dropped clients; the exchange's
     keys are dropped."""
-    decoded = []  # decoded in _step, where a request that does not decode drops the client as a refusal does
-
-    def act(e, c):
-        if not decoded:
-            decoded.append(wire.decode_unmask_request(request))
-        return wire.encode_unmask_response(c.unmask(decoded[0]))
-
-    out = _step(worker, clients, act, t, exchange)
+    request_msg = functools.cache(lambda: wire.decode_unmask_request(request))  # once, inside _step's checks
+    out = _step(worker, clients, lambda e, c: wire.encode_unmask_response(c.unmask(request_msg())), t, exchange)
     worker.pending[exchange] = {}
     yield from out
 

@@ -5,7 +5,9 @@
 
 A run directory holds the cell's config.json and rounds.csv. `--rounds R` reruns only the first R rounds
 (a round's result does not depend on how many follow, except that the last is always evaluated) and
-compares those. Exits non-zero if accuracy, loss or any byte count differs.
+compares those. Exits non-zero if accuracy, loss or any byte count differs. Rows agree bit for bit only on the
+CPU that recorded them (its `env_cpu`): another CPU's vector kernels round float sums differently, which moves
+accuracy and loss, and through the chosen positions a top-k message's bytes; a difference on another CPU is named so.
 
 One rule changed how bytes are counted since results were first committed: rows recorded before commit
 8000978 charged a client's dense catch-up at round 0's broadcast length rather than the catch-up message's
@@ -25,6 +27,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 import fl
+from experiments import hosts
 from fl.results import read_rows
 
 COMPARED = ("accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol", "bytes_up_sketch",
@@ -77,6 +80,10 @@ def compare(committed: pd.DataFrame, fresh: pd.DataFrame) -> tuple[list[str], li
         bad = [int(r) for r in head.loc[differ, "round"]]
         if bad:
             diffs.append(f"{col} differs in rounds {bad[:5]}: {a[differ].iloc[0]} vs {b[differ].iloc[0]}")
+    recorded, here = hosts.of(committed), hosts.of(fresh)
+    if diffs and recorded != here:
+        notes.append(f"recorded on {recorded}, rerun on {here}: float results need not match across CPUs; "
+                     "compare on the recording CPU")
     return diffs, notes
 
 

@@ -26,3 +26,15 @@ def test_rows_from_the_commit_that_changed_the_rule_on_are_compared_exactly():
     assert diffs and notes == []
     diffs, _ = reproduce.compare(_rows(newer, [1000, 2000]), _rows(newer, [1000, 2000]).assign(accuracy=[0.5, 0.7]))
     assert diffs == ["accuracy differs in rounds [1]: 0.6 vs 0.7"]
+
+
+def test_a_difference_on_another_cpu_is_named_as_such():
+    ours = _rows("", [1000, 2000]).assign(env_cpu="Intel Xeon")
+    theirs = ours.assign(env_cpu="AMD EPYC", accuracy=[0.5, 0.7])
+    diffs, notes = reproduce.compare(theirs, ours)
+    assert diffs == ["accuracy differs in rounds [1]: 0.7 vs 0.6"]
+    assert notes == ["recorded on AMD EPYC, rerun on Intel Xeon: float results need not match across CPUs; "
+                     "compare on the recording CPU"]
+    diffs, notes = reproduce.compare(theirs.assign(env_cpu="Intel Xeon"), ours)  # the same CPU: no excuse
+    assert diffs and notes == []
+    assert reproduce.compare(ours.assign(env_cpu="AMD EPYC"), ours) == ([], [])  # identical: nothing to explain

@@ -449,7 +449,8 @@ NO_RATIO_LINE = "nothing to draw: a line needs a dense run\nor a top-k setting w
 def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     """One line per data, model, masking, index policy and run length: a masked policy's points are never pooled
     with another policy's (each line starts from the same dense point, so a policy run at one ratio is a line from
-    dense to it), and masking protocols with the same results share one line. The x ticks are the ratios run."""
+    dense to it; a line named for its field width only from a dense run of that width), and masking protocols with
+    the same results share one line. The x ticks are the ratios run."""
     if "field_bits" not in runs:
         runs = runs.assign(field_bits=np.nan)
     base = runs[(runs["compression"] == "none") |
@@ -464,10 +465,13 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
         widths = sparse["field_bits"].nunique() > 1  # label a masked line with its field only where they differ
         for (policy, bits), p in sparse.groupby(["index_policy", "field_bits"], dropna=False) if len(sparse) \
                 else [((None, None), sparse)]:
+            anchor = dense
             if widths and not pd.isna(bits):
                 policy = f"{policy}, {bits:.0f}-bit field"
+                # a line named for its width starts from a dense run of that width (or of none recorded) only
+                anchor = dense[dense["field_bits"].isna() | (dense["field_bits"] == bits)]
             # a run without a final accuracy (NaN) is not a 0; a point of one run has no spread to draw
-            s = pd.concat([dense, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).dropna(subset=["mean"])
+            s = pd.concat([anchor, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).dropna(subset=["mean"])
             s = s.assign(std=s["std"].fillna(0)).sort_index()
             params = int(g["n_params"].iloc[0])
             run_length = (f", {rounds} rounds" if lengths else "") + (f", {other}" if other else "")

@@ -87,6 +87,13 @@ def test_masked_lines_of_different_field_widths_are_drawn_apart(tmp_path, monkey
     report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     lines = {label.rsplit(", ", 1)[-1]: y for label, x, y in drawn}
     assert lines["20-bit field"] == [0.60, 0.75, 0.80] and lines["12-bit field"] == [0.62, 0.74, 0.80]
+    # a masked dense run of 20 bits starts the 20-bit line only: no 12-bit dense run was run
+    runs.loc[runs["compression"] == "none", "field_bits"] = [np.nan, 20]
+    drawn.clear()
+    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    lines = {label.rsplit(", ", 1)[-1]: (x, y) for label, x, y in drawn}
+    assert lines["20-bit field"] == ([0.01, 0.1, 1.0], [0.60, 0.75, 0.80])
+    assert lines["12-bit field"] == ([0.01, 0.1], [0.62, 0.74])
 
 
 def test_the_table_names_the_code_of_its_runs_and_older_rows_say_they_did_not_record_it(tmp_path):

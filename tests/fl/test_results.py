@@ -223,3 +223,13 @@ def test_ids_that_look_like_numbers_read_back_as_the_strings_they_are(tmp_path):
                                                                                              "0123456789ab")
     loaded, _ = report.load([str(tmp_path / "a"), str(tmp_path / "b")])
     assert sorted(loaded["run_id"]) == ["1e5000000001", "2e5000000002"]  # two runs, not one 'inf' counted once
+
+
+def test_a_masked_run_is_named_by_its_field_widths_a_plain_one_is_not():
+    """Two masked cells that differ only in their field must never share a folder (a rerun would skip one)."""
+    masked = ["secagg=dh", "compression.ratio=0.1"]
+    assert len({_hash(*masked), _hash(*masked, "secagg.quant_bits=8"), _hash(*masked, "secagg.bits=24")}) == 3
+    plain = as_dict(validate(fl.compose(["secagg=none", "compression.ratio=0.1"])))
+    older = json.loads(json.dumps(plain))
+    older["secagg"]["quant_bits"] = 8  # rows recorded before a plain run's secagg keys were normalized
+    assert config_hash(older) == config_hash(plain)

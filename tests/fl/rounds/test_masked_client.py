@@ -46,3 +46,37 @@ def test_the_residual_of_a_client_whose_values_the_server_refused_is_dropped_in_
     _advertise(worker, 6, aborted=[1], unsummed={5: [0], 4: [2]})  # round 5 applied without client 0's values
     np.testing.assert_array_equal(worker.residuals[0], old)
     np.testing.assert_array_equal(worker.residuals[2], staged)
+
+
+def test_the_update_a_client_masks_carries_its_residual(monkeypatch):
+    """Error feedback under masking: what a client summarizes and masks is its update plus what it kept."""
+    from fl.rounds import client
+
+    _, plan, (worker,) = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1",
+                                           "fl.num_clients=4", "fl.clients_per_round=2"])
+    update = np.linspace(-1, 1, plan.length, dtype=np.float32)
+    monkeypatch.setattr(client, "timed_train", lambda w, cid, r, t: (update.copy(), 7))
+    worker.residuals = {0: np.full(plan.length, 0.25, np.float32)}
+    corrected, n = client.corrected_update(worker, 0, 3, {})
+    assert n == 7
+    np.testing.assert_array_equal(corrected, update + np.float32(0.25))
+    np.testing.assert_array_equal(client.corrected_update(worker, 2, 3, {})[0], update)  # none kept yet
+
+
+def test_the_staged_residual_is_the_corrected_update_less_what_was_sent_for_it():
+    """The values go out weighted (w times the update) and quantized; the residual keeps the rest of the
+    unweighted update: the unsent positions whole, and at the index set the clipping and rounding error / w."""
+    from fl.rounds.layout import MaskedLayout
+
+    _, plan, _ = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1", "fl.num_clients=4",
+                                   "fl.clients_per_round=2", "secagg.quant_bits=6"])
+    rng = np.random.default_rng(0)
+    corrected = rng.normal(0, 0.1, plan.length).astype(np.float32)
+    idx = np.sort(rng.choice(plan.length, plan.k, replace=False))
+    layout, staged, w = MaskedLayout(plan, plan.k, 0), {}, 2.5
+    vector = masked._masked_vector(plan, layout, corrected, w, idx, None, rng, staged, 0)
+    sent = layout.q_values.dequantize(vector[:plan.k])  # the weighted values the server sums for this client
+    assert np.abs(sent / w - corrected[idx]).max() > 1e-3  # 6-bit values: the rounding error is not negligible
+    np.testing.assert_allclose(staged[0][idx] + sent / w, corrected[idx], atol=1e-6)
+    rest = np.setdiff1d(np.arange(plan.length), idx)
+    np.testing.assert_array_equal(staged[0][rest], corrected[rest])

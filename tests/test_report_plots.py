@@ -300,6 +300,14 @@ def test_each_line_is_compared_with_the_dense_run_of_its_own_other_settings(tmp_
     assert t.loc[("topk", "fl.lr=0.05"), "accuracy_change"] == pytest.approx(-0.1)
     assert t.loc[("topk", "fl.lr=0.1"), "accuracy_change"] == pytest.approx(-0.1)
     assert t.loc[("topk", "fl.lr=0.1"), "up_vs_dense"] == pytest.approx(2.0)
+    # a line whose own dense run is missing, beside two dense lines of other settings: no baseline, not either
+    _write_run(tmp_path, "s0.2", [dict(r, run_id="s0.2", accuracy=0.5) for r in sparse],
+               {**_config(lr=0.2), "compression": {"name": "topk", "ratio": 0.02}})
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6)).set_index(["compression", "other"])
+    assert np.isnan(t.loc[("topk", "fl.lr=0.2"), "accuracy_change"])
+    assert np.isnan(t.loc[("topk", "fl.lr=0.2"), "up_vs_dense"])
+    assert t.loc[("topk", "fl.lr=0.05"), "accuracy_change"] == pytest.approx(-0.1)
 
 
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # bar is replaced: nothing to put in a legend
@@ -449,6 +457,14 @@ def test_cumulative_upload_is_per_client_of_the_population_as_the_upload_to_targ
     run = report.per_run(rows, 0.0).iloc[0]
     assert run["upload_total_per_client"] == pytest.approx(2 * 20000 / 100)
     assert run["upload_to_target"] == pytest.approx(20000 / 100)  # reached at round 0
+
+
+def test_rounds_to_target_count_from_one_and_the_upload_to_target_includes_the_round_that_reached_it():
+    rows = pd.DataFrame(_rows("a", 0, 20, 0.7))  # accuracy 0.6 after round 0, 0.7 after round 1
+    first, second = report.per_run(rows, 0.55).iloc[0], report.per_run(rows, 0.65).iloc[0]
+    assert (first["rounds_to_target"], second["rounds_to_target"]) == (1, 2)
+    assert second["upload_to_target"] == pytest.approx(2 * 20000 / 100)
+    assert np.isnan(report.per_run(rows, 0.75).iloc[0]["rounds_to_target"])  # never reached
 
 
 def test_rows_without_an_aborted_column_aborted_nothing_and_a_run_never_evaluated_does_not_stop_the_report():

@@ -234,3 +234,10 @@ def test_a_ray_run_on_digits_leaves_torch_and_sklearn_out_of_the_driver(tmp_path
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_dirichlet_draw_whose_smallest_client_has_exactly_min_size_is_kept():
+    """A draw is redrawn only below min_size: redrawing at it too would change every seed's partition."""
+    labels = np.repeat(np.arange(10), 20)
+    parts = partition(labels, 20, "dirichlet", 0.5, 5, min_size=1)  # this seed's first draw has a client of 1
+    assert min(len(p) for p in parts) == 1

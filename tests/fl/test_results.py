@@ -150,6 +150,12 @@ def test_rows_cut_short_or_unreadable_are_not_a_finished_run(tmp_path):
     (run / "rounds.csv").write_bytes(whole)
     (run / "done.json").write_text('{"run_id": ')  # a done.json cut short
     assert not finished(run)
+    rows = whole.decode().splitlines()
+    (run / "rounds.csv").write_text("\n".join(rows + rows[-1:]) + "\n")  # one row more than done.json counts
+    (run / "done.json").write_text(json.dumps({"run_id": rows[1].split(",")[0], "rounds": len(rows) - 1}))
+    assert not finished(run)
+    (run / "rounds.csv").write_bytes(whole)
+    assert finished(run)
 
 
 def test_a_damaged_config_json_is_not_a_finished_run_and_the_rerun_runs_it_again(tmp_path):

@@ -143,3 +143,19 @@ def test_dequantize_refuses_anything_but_uint32():
     q = FixedPointQuantizer(clip=1.0, max_clients=8)
     with pytest.raises(ValueError, match="uint32"):
         q.dequantize(np.zeros(3, dtype=np.int64))
+
+
+class _TopDraws:
+    """An rng whose every draw is the largest double below 1 (a legal output of Generator.random)."""
+
+    def random(self, shape):
+        return np.full(shape, np.nextafter(1.0, 0.0))
+
+
+def test_a_value_at_minus_clip_never_quantizes_below_minus_b_whatever_the_draw():
+    """At clip 0.3 with 4-bit values, -clip * scale lands one ulp below -B: rounded up by the largest draw it
+    would be -B - 1, and a cohort's sum could leave the field's signed range."""
+    q = FixedPointQuantizer(0.3, 4, 32, 4)
+    assert -0.3 * q.scale < -q.bound
+    v = q.lift(q.quantize(np.array([-0.3, 0.3]), _TopDraws()))
+    assert v.min() >= -q.bound and v.max() <= q.bound

@@ -101,3 +101,12 @@ def test_field_randomness_is_uniform_below_p():
     values = shamir.random_field(100_000)
     assert values.min() >= 0 and values.max() < shamir.PRIME
     assert values.mean() / shamir.PRIME == pytest.approx(0.5, abs=0.01)
+
+
+def test_a_share_holding_the_prime_itself_is_refused_by_both_parsers():
+    """PRIME is 0 in the field: accepted, one share would have two encodings."""
+    raw = np.full(shamir.CHUNKS, shamir.PRIME, "<u4").tobytes()
+    with pytest.raises(shamir.ShareError):
+        shamir.from_bytes(raw)
+    with pytest.raises(shamir.ShareError):
+        shamir.many_from_bytes([raw])

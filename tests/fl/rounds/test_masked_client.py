@@ -1,6 +1,7 @@
 """The masked round's client half on one worker: residuals staged in a masked round are kept only if that
 round was applied, and a worker's first step of each round settles its last round's residuals."""
 import numpy as np
+import pytest
 import secagg
 from fixtures_workers import attached_workers
 
@@ -80,3 +81,71 @@ def test_the_staged_residual_is_the_corrected_update_less_what_was_sent_for_it()
     np.testing.assert_allclose(staged[0][idx] + sent / w, corrected[idx], atol=1e-6)
     rest = np.setdiff1d(np.arange(plan.length), idx)
     np.testing.assert_array_equal(staged[0][rest], corrected[rest])
+
+
+def _masked_run(tmp_path, *overrides):
+    import fl
+
+    return fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=dh",
+                              "compression.ratio=0.1", "fl.num_clients=12", "fl.clients_per_round=8",
+                              "compression.index_policy=sketch", *overrides]))
+
+
+def test_the_sketch_bytes_are_the_tables_of_the_clients_whose_masked_input_was_summed(tmp_path):
+    """Under dropouts, the sketch's share of the upload counts the tables that arrived, not the cohort's."""
+    rows = _masked_run(tmp_path, "secagg.dropout=0.05", "fl.rounds=4")
+    summed = 8 - rows[["dropped_advertise", "dropped_share_keys", "dropped_masked_input", "rejected"]].sum(axis=1)
+    assert not rows["aborted"].any() and summed.nunique() > 1  # dropouts before the sum in some rounds only
+    per_table = rows["bytes_up_sketch"] / summed
+    assert per_table.nunique() == 1 and per_table.iloc[0] > 0
+
+
+def test_each_masked_client_rounds_with_its_own_draws(tmp_path, monkeypatch):
+    """Stochastic rounding averages out over the cohort only if clients' draws are independent."""
+    import copy
+
+    draws, build = {}, masked._masked_vector
+
+    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
+        draws[cid] = copy.deepcopy(rng).random(4).tolist()
+        return build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
+
+    monkeypatch.setattr(masked, "_masked_vector", spy)
+    _masked_run(tmp_path, "fl.rounds=1")
+    assert len(draws) == 8 and len({tuple(d) for d in draws.values()}) == 8
+
+
+@pytest.mark.parametrize("policy", ["sketch", "fresh"])
+def test_a_large_clients_values_are_weighted_by_max_weight_as_its_weight_slot_is(tmp_path, monkeypatch, policy):
+    """The weight slot is clamped to max_weight; values weighted by more would be over-counted in the mean."""
+    from fl.runtime.worker import Worker
+
+    train, build, weights = Worker.train, masked._masked_vector, []
+
+    def big(self, cid, round):
+        update, n = train(self, cid, round)
+        return update, n * 100 if cid == 2 else n
+
+    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
+        weights.append((plan.max_weight, w))
+        return build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
+
+    monkeypatch.setattr(Worker, "train", big)
+    monkeypatch.setattr(masked, "_masked_vector", spy)
+    _masked_run(tmp_path, "fl.rounds=1", "fl.num_clients=8", f"compression.index_policy={policy}")
+    assert weights and all(w <= top for top, w in weights) and any(w == top for top, w in weights)
+
+
+def test_the_weight_is_rounded_stochastically_so_its_mean_is_the_weight():
+    """Rounded down, every client's weight would be biased low by up to a step."""
+    from fl.rounds.layout import MaskedLayout
+
+    _, plan, _ = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1", "fl.num_clients=4",
+                                   "fl.clients_per_round=2"])
+    layout = MaskedLayout(plan, 0, 0)
+    scaled = 12345.25  # a quarter of a step above a representable weight
+    w, rng = scaled / layout.weight_scale, np.random.default_rng(0)
+    draws = [sum(int(d) << (layout.digit_bits * j) for j, d in enumerate(layout.weight(w, rng)))
+             for _ in range(4000)]
+    assert set(draws) == {12345, 12346}
+    assert np.mean(draws) == pytest.approx(scaled, abs=0.03)

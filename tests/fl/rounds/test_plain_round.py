@@ -114,3 +114,20 @@ def test_a_float16_residual_beyond_its_range_saturates_instead_of_shutting_the_c
     np.testing.assert_array_equal(kept, np.array([65504, -65504, 0.5, 0], np.float16))
     feedback = compression.ErrorFeedback(compression.get("topk")(0.5))
     feedback.encode(np.ones(4, np.float32), kept.astype(np.float32))  # the next round's update goes out
+
+
+def test_a_catch_up_of_another_round_is_refused():
+    """A worker that missed broadcasts applies the dense model before this round; one of an earlier round would
+    train its clients from a stale model."""
+    import types
+
+    from fl.rounds.client import sync
+
+    length = 8
+    worker = types.SimpleNamespace(plan=types.SimpleNamespace(length=length), synced_round=1,
+                                   reference=np.zeros(length, np.float32))
+    dense = compression.get("none")()
+    catchup = wire.encode_broadcast(2, "none", length, False, dense.encode(np.ones(length, np.float32)))
+    delta = wire.encode_broadcast(5, "none", length, True, dense.encode(np.ones(length, np.float32)))
+    with pytest.raises(wire.WireError, match="catch-up: round 2"):
+        sync(worker, delta, 5, catchup)

@@ -84,3 +84,9 @@ def test_against_runs_the_reference_per_client_setting_without_its_masked_twin(t
     md = (tmp_path / "b.md").read_text()
     assert "- ratio 0.02, masked, quant_bits 16 (field 20 bits): +0.00 ± 0.00 points against per-client top-k at " \
            "ratio 0.01 (2 seeds" in md and "--against 0.01" in md
+
+
+def test_each_masked_line_runs_at_the_quant_bits_its_label_names():
+    labels = dict(field_bits.settings([0.01], [8, 16]))
+    assert labels["masked, quant_bits 8 (field 12 bits)"] == ["secagg=dh", "compression.ratio=0.01", "secagg.quant_bits=8"]
+    assert labels["masked, quant_bits 16 (field 20 bits)"][-1] == "secagg.quant_bits=16"

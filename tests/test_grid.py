@@ -3,7 +3,7 @@ seeds and hosts."""
 import pandas as pd
 import pytest
 
-from experiments import grid
+from experiments import grid, hosts
 
 
 def _runs(rows):
@@ -35,3 +35,29 @@ def test_two_seeds_show_their_spread_and_a_partition_without_dense_is_refused():
     with pytest.raises(ValueError, match="one dense setting per partition"):
         grid.summarize(_runs([("dense", 0, "iid", "Xeon", True, 0.8, 4e6),
                               ("shards: top-k", 0, "shards", "Xeon", False, 0.6, 1e5)]))
+
+
+def test_upload_is_compared_with_the_dense_run_of_its_own_partition():
+    runs = _runs([("iid: dense", 0, "iid", "Xeon", True, 0.85, 4e6), ("shards: dense", 0, "shards", "Xeon", True, 0.75, 8e6),
+                  ("iid: top-k", 0, "iid", "Xeon", False, 0.80, 1e5), ("shards: top-k", 0, "shards", "Xeon", False, 0.60, 2e5)])
+    table = grid.summarize(runs).set_index("setting")
+    assert table.loc["shards: top-k", "upload_vs_dense"] == pytest.approx(0.025)  # 2e5 / 8e6, not / 4e6
+    assert table.loc["iid: top-k", "upload_vs_dense"] == pytest.approx(0.025)
+
+
+def test_a_grid_line_holds_the_runs_byte_totals_and_the_median_round_after_the_first(monkeypatch):
+    """Bytes are the run's totals (every round, both directions); seconds per round leave round 0 (start-up) out."""
+    rows = pd.DataFrame({"partition": "iid", "env_cpu": "Xeon", "compression": "topk", "ratio": 0.1, "secagg": "none",
+                         "index_policy": "per-client", "accuracy": [0.5, 0.7, 0.9], "bytes_up": [10, 20, 30],
+                         "bytes_down": [100, 200, 300], "t_round": [50.0, 1.0, 3.0]})
+    monkeypatch.setattr(grid.fl, "compose", lambda overrides: overrides)
+    monkeypatch.setattr(grid, "run_when_free", lambda cfg: rows)
+    (line,) = grid.run_grid([("top-k", ["compression.ratio=0.1"])], [0]).to_dict("records")
+    assert (line["accuracy"], line["bytes_up"], line["bytes_down"], line["s_per_round"]) == (0.9, 60, 600, 2.0)
+    assert line["host"] == "Xeon"
+
+
+def test_hosts_pooled_on_one_line_get_each_host_its_own_letter():
+    tag = hosts.letters(["Xeon + EPYC", "Xeon", "ARM"])
+    assert tag == {"ARM": "A", "EPYC": "B", "Xeon": "C"}
+    assert hosts.lettered(hosts.pooled(["Xeon", "EPYC", "Xeon"]), tag) == "B + C"

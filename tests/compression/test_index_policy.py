@@ -263,3 +263,17 @@ def test_fresh_chooses_mid_round_so_the_broadcast_carries_no_index_set():
     assert sketched.fresh and sketched.name == "fresh" and sketched.shape == (3, 200)
     with pytest.raises(ValueError, match="unknown fresh summary"):
         IndexPolicy("fresh", 10_000, 100, ROOT, summary="bloom")
+
+
+@pytest.mark.parametrize("k, share", [(20, 0.0), (4, 0.1), (1, 0.1)])
+def test_prev_topk_explores_at_least_one_new_position_even_when_the_share_rounds_to_zero(k, share):
+    """share * k rounds to 0 here, yet one position is drawn at random (n_random >= 1): without it prev_topk would
+    resend its previous set forever. (Asserting that exactly one position is new would also pass when the set is
+    just resent, since the top k - 1 leave one previous position out: the set itself must change.)"""
+    length = 300
+    policy = IndexPolicy("prev_topk", length, k, ROOT, random_share=share)
+    positions, _ = policy.positions(0)
+    policy.observe(0, positions, np.arange(k, 0, -1, dtype=np.float64), None)
+    following, _ = policy.positions(1)
+    assert len(following) == k
+    assert set(following.tolist()) != set(positions.tolist())  # with these public seeds the draw is a new position

@@ -81,3 +81,12 @@ def test_fresh_with_marginals_is_named_and_sized_by_its_tensors():
     policy = IndexPolicy("fresh", 1013, 10, 0, summary="marginals", shapes=SHAPES)
     assert policy.fresh and policy.name == "fresh(marginals)" and policy.shape == (1, Marginals(SHAPES).cols)
     assert policy.positions(0) == (None, 0)
+
+
+def test_an_out_by_1_weight_is_a_vector_of_out_cells_not_a_matrix_of_out_plus_one():
+    """A (10, 1) tensor has one column: its rows are its entries, so the table holds them as they are (10 cells
+    masked and counted in bytes_up_sketch, not 11)."""
+    m = Marginals([(10, 1), (3, 4)])
+    assert m.cols == 10 + (3 + 4)
+    vector = np.arange(1, 23, dtype=np.float32)
+    np.testing.assert_allclose(m.sketch(vector)[0, :10], vector[:10] ** 2)

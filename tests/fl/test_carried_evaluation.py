@@ -1,5 +1,7 @@
 """A round's evaluation carried by the next round's training call (fl.evaluation, `fl.eval_overlap`): the
 batches shared out by training load, the same figures as evaluating after each round, and nothing lost."""
+from types import SimpleNamespace
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -114,3 +116,21 @@ def test_ranges_that_did_not_come_back_are_evaluated_after_the_round(three_batch
         assert nothing.result()[:2] == expected
     finally:
         pool.close()
+
+
+def test_a_range_that_came_back_short_is_evaluated_again_not_summed_as_it_is():
+    """A worker's reply holding fewer batches than its range is not the range: summing it would leave batches out
+    of the accuracy and loss (still divided by every test sample)."""
+    class Batches:  # 4 batches of 10 samples, each all correct with a summed loss of 1
+        batches, batch_seconds, n = 4, 0.0, 40
+        pool = SimpleNamespace(put=lambda weights: "ref")
+
+        def evaluate_ranges(self, ref, ranges):
+            return {w: [(10, 1.0)] * (b - a) for w, (a, b) in ranges.items()}
+
+    carried = CarriedEvaluation(Batches(), np.zeros(3, np.float32), {0: 0.0, 1: 0.0})
+    assert carried.ranges == {0: (0, 2), 1: (2, 4)}
+    carried.take(0, [(10, 1.0)], 0.1)  # one batch of its two
+    carried.take(1, [(10, 1.0)] * 2, 0.1)
+    accuracy, loss, _ = carried.result()
+    assert (accuracy, loss) == (1.0, 0.1)

@@ -169,3 +169,40 @@ def test_a_split_whose_heaviest_client_masking_would_weigh_less_than_its_samples
     assert not any(tmp_path.rglob("rounds*.csv"))  # refused before any round: nothing recorded
     assert len(fl.run(fl.compose([*split, "secagg=none", "secagg.max_weight=1.5"]))) == 1  # unmasked: exact weights
     assert len(fl.run(fl.compose([*split, "secagg.max_weight=3"]))) == 1
+
+
+def test_masking_refuses_a_cohort_of_one_whose_sum_is_its_input():
+    with pytest.raises(ConfigError, match="clients_per_round >= 2"):
+        validate(fl.compose(["secagg=dh", "fl.num_clients=1", "fl.clients_per_round=1"]))
+    assert validate(fl.compose(["secagg=none", "fl.num_clients=1", "fl.clients_per_round=1"])).fl.clients_per_round == 1
+
+
+@pytest.mark.parametrize("key,bad,good", [
+    ("compression.sketch_quant_bits", 32, 31),  # a signed value of 32 bits leaves no room in a 32-bit field
+    ("secagg.max_weight", 32768, 32767),        # 2**WEIGHT_BITS - 1 is the largest weight the 15-bit slot holds
+])
+def test_a_bound_one_past_its_largest_value_is_refused(key, bad, good):
+    with pytest.raises(ConfigError, match=key):
+        validate(fl.compose(["secagg=dh", f"{key}={bad}"]))
+    validate(fl.compose(["secagg=dh", f"{key}={good}"]))
+
+
+@pytest.mark.parametrize("secagg", ["none", "dh"])
+def test_a_dropout_of_one_is_refused(secagg):
+    """Every client vanishing at every step would only ever abort (or skip) the rounds."""
+    with pytest.raises(ConfigError, match=r"secagg.dropout must be in \[0, 1\), got 1"):
+        validate(fl.compose([f"secagg={secagg}", "secagg.dropout=1"]))
+
+
+def test_settings_that_cannot_act_have_one_spelling():
+    """Top-k at ratio 1 is no compression, and a residual dtype without error feedback stores nothing: each is
+    spelled as its default, so equal runs share a config hash (a sweep runs them once, the report finds the
+    dense baseline)."""
+    for secagg in ("none", "dh"):
+        at_one = validate(fl.compose([f"secagg={secagg}", "compression.ratio=1.0"]))
+        assert (at_one.compression.name, at_one.compression.ratio) == ("none", 1.0)
+        assert at_one == validate(fl.compose([f"secagg={secagg}", "compression=none"]))
+    no_feedback = validate(fl.compose(["secagg=none", "compression.error_feedback=false",
+                                       "compression.residual_dtype=float16"]))
+    assert no_feedback.compression.residual_dtype == "float32"
+    assert no_feedback == validate(fl.compose(["secagg=none", "compression.error_feedback=false"]))

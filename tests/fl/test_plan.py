@@ -1,4 +1,5 @@
 """The run's plan: each decision made once, from the validated config."""
+import numpy as np
 import pytest
 
 import fl
@@ -50,3 +51,29 @@ def test_the_field_is_sized_for_the_cohort_and_refuses_a_larger_one():
     plan.round_config(bytes(32), range(4), 10)
     with pytest.raises(ValueError, match="exceeds the 4"):
         plan.round_config(bytes(32), range(5), 10)
+
+
+def test_masking_without_compression_masks_every_position():
+    plan = _plan("secagg=dh", "compression=none")
+    assert plan.k == plan.length == 4810 and plan.index_policy_name == "all"
+    positions, seed = plan.index_policy().positions(0)
+    np.testing.assert_array_equal(positions, np.arange(4810))
+
+
+def test_per_layer_compresses_the_broadcast_per_layer_too():
+    plan = _plan("secagg=none", "compression.ratio=0.1", "compression.per_layer=true")
+    assert plan.client_codec.layout == plan.broadcast_codec.layout == tuple(LAYERS)
+
+
+def test_the_public_index_sets_come_from_the_runs_seed():
+    """Runs of other seeds draw other public random sets (randk), not one set shared by every seed."""
+    sets = [_plan("secagg=dh", "compression.ratio=0.1", "compression.index_policy=randk", f"seed={seed}")
+            .index_policy().positions(0)[0] for seed in (1, 2)]
+    assert not np.array_equal(*sets)
+
+
+def test_local_training_gets_the_configured_momentum_and_weight_decay():
+    training = _plan("secagg=none", "fl.momentum=0.9", "fl.weight_decay=0.001", "fl.lr=0.05",
+                     "fl.local_epochs=3", "fl.batch_size=16", "seed=4").training
+    assert (training.momentum, training.weight_decay, training.lr) == (0.9, 0.001, 0.05)
+    assert (training.local_epochs, training.batch_size, training.seed) == (3, 16, 4)

@@ -1,4 +1,6 @@
 """End to end on the bundled digits data: accuracy, bytes, backends, reruns, crashes and bad updates."""
+import json
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -511,3 +513,12 @@ def test_a_revived_worker_catches_up_and_trains_its_clients_from_the_model_they_
     assert rounds == [0, 1, 2, 3, 4]
     for column in ("accuracy", "loss", "bytes_up", "bytes_down", "catchups"):
         np.testing.assert_array_equal(calm[column], revived[column])
+
+
+def test_done_json_holds_the_runs_byte_totals_and_only_round_0_carries_the_start_up(tmp_path):
+    rows = small(tmp_path, "secagg=none", "compression.ratio=0.1")
+    (done_path,) = tmp_path.rglob("done.json")
+    done = json.loads(done_path.read_text())
+    assert done["bytes_up"] == rows["bytes_up"].sum() and done["bytes_down"] == rows["bytes_down"].sum()
+    assert done["bytes_up"] != done["bytes_down"] and done["rounds"] == len(rows) == 3
+    assert rows["t_setup"].iloc[0] > 0 and (rows["t_setup"].iloc[1:] == 0).all()  # summed, it counts once

@@ -92,3 +92,28 @@ def test_evaluation_split_across_workers_gives_the_figures_of_one_process(worker
     evaluator = Evaluator(pool, workers, n)
     assert len(evaluator.ranges) == min(workers, 20 if n > 1024 else 1)
     assert evaluator(weights) == expected  # exactly: whole batches, summed in batch order
+
+
+@pytest.mark.parametrize("n", [300, 1500])  # one pass; six batches of up to 256
+def test_evaluation_gives_the_accuracy_and_the_mean_cross_entropy_over_every_sample(n):
+    model, _ = _pair(3)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    y = rng.integers(0, 3, n).astype(np.int64)
+    accuracy, loss = evaluate(model, x, y)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(x)).double()
+    target = torch.from_numpy(y)
+    assert accuracy == float((logits.argmax(1) == target).double().mean())
+    assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, target)), rel=1e-6)
+
+
+def test_local_training_runs_every_epoch_over_every_sample():
+    model, _ = _pair(4)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(50, 8)).astype(np.float32)
+    y = rng.integers(0, 3, 50).astype(np.int64)
+    seen = []
+    for epochs in (1, 3):
+        seen.append(train_local(model, SGD(model.parameters(), 0.05), x, y, epochs, 16, seed=0))
+    assert seen == [50, 150]

@@ -297,3 +297,50 @@ def test_a_message_over_its_types_size_limit_is_refused_before_its_checksum_is_c
     limit = wire._FRAME_BYTES + 5 * (sa.CIPHERTEXT_BYTES + 12)
     with pytest.raises(wire.WireError, match="checksum"):  # just under the limit: on to the checksum
         wire.decode_share_keys(b"\0" * (limit - 1) + b"", 5)
+
+
+def test_a_client_id_one_past_the_largest_shamir_can_hold_is_refused():
+    """Ids are Shamir x-coordinates id + 1 < p: MAX_CLIENT_ID + 1 would put a share at x = p = 0 (the secret)."""
+    def advertise(cid):
+        return wire.encode_advertise(secagg.AdvertiseKeys(b"s" * 32, cid, b"c" * 32, b"k" * 32))
+
+    assert wire.decode_advertise(advertise(secagg.MAX_CLIENT_ID)).client_id == secagg.MAX_CLIENT_ID
+    with pytest.raises(wire.WireError, match="out of range"):
+        wire.decode_advertise(advertise(secagg.MAX_CLIENT_ID + 1))
+
+
+def _broadcast(n, **fields):
+    return wire.decode_broadcast(wire.encode_broadcast(
+        1, "none", n, False, compression.NoCompression().encode(np.zeros(n, np.float32)), **fields), n)
+
+
+@pytest.mark.parametrize("fields,match", [
+    (dict(index_seed=7), "index set fields without a count"),
+    (dict(index_positions=b"\x00\x01"), "index set fields without a count"),
+    (dict(index_count=5), "neither positions nor a seed"),
+    (dict(index_count=101, index_seed=7), "index set of 101 > model length 100"),
+])
+def test_a_broadcast_index_set_whose_fields_disagree_is_refused(fields, match):
+    """A cut or altered broadcast must not turn into no shared set, all 100 positions, or a numpy error."""
+    with pytest.raises(wire.WireError, match=match):
+        wire.decode_index_set(_broadcast(100, **fields))
+
+
+def test_the_full_index_set_travels_as_its_count_alone():
+    """Dense masking (k = length) broadcasts no positions: a bitmap there would be counted in every bytes_down."""
+    n = 1000
+    fields = wire.index_set_fields(np.arange(n, dtype=np.int64), 0, n)
+    assert fields == {"index_seed": 0, "index_count": n}
+    np.testing.assert_array_equal(wire.decode_index_set(_broadcast(n, **fields)), np.arange(n))
+
+
+def test_an_unmask_response_without_self_mask_shares_is_refused():
+    message = wire.encode_unmask_response(secagg.UnmaskResponse(b"s" * 32, 4, (), ((2, b"\x03" * SH),)))
+    with pytest.raises(wire.WireError, match="no self-mask shares"):
+        wire.decode_unmask_response(message)
+
+
+def test_a_broadcast_without_a_payload_is_refused():
+    message = wire.encode_broadcast(1, "none", 100, False, b"")
+    with pytest.raises(wire.WireError, match="empty payload"):
+        wire.decode_broadcast(message, 100)

@@ -452,3 +452,15 @@ def test_masking_at_federated_scale_sums_exactly_with_10_of_100_non_iid_clients_
     assert len(survivors) == 8 and len(set.union(*cohorts)) > 40
     assert all(set(s) <= c and len(s) >= 6 for s, c in zip(survivors, cohorts))
     assert sum(len(s) < 10 for s in survivors) >= 2  # some applied rounds lost clients to dropouts
+
+
+def test_fresh_with_a_count_sketch_summary_aborts_a_round_whose_second_sum_misses_a_client_of_the_first(tmp_path):
+    """The count sketch is linear in the update, like `exact`: a client summed in the first exchange and gone
+    before the second's unmask would be revealed by the difference of the two sums (its sketch at the index set),
+    so such a round aborts; drops before the first sum or after the second's inputs abort nothing."""
+    rows = _masked_run(tmp_path, "secagg.dropout=0.04", "fl.rounds=8", "compression.index_policy=fresh",
+                       "compression.fresh_summary=sketch")
+    assert rows["index_policy"].iloc[0] == "fresh"
+    between = rows["dropped_unmask_sketch"] + rows["dropped_masked_input"]
+    assert between.sum() > 0 and (rows.loc[~rows["aborted"], "dropped"] > 0).any()
+    assert (rows["aborted"] == (between > 0)).all()

@@ -26,6 +26,7 @@ def letters(values: Iterable[str]) -> dict[str, str]:
 
 
 def lettered(value: str, tag: dict[str, str]) -> str:
+    """A line's host value (one CPU or a pooled 'X + Y') in letters."""
     return " + ".join(tag[h] for h in value.split(" + "))
 
 

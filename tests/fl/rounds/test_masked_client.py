@@ -6,7 +6,8 @@ import secagg
 from fixtures_workers import attached_workers
 
 from fl import wire
-from fl.rounds import masked
+from fl.rounds import client, masked
+from fl.rounds.layout import MaskedLayout
 
 
 def _advertise(worker, round, aborted, unsummed=None):
@@ -51,8 +52,6 @@ def test_the_residual_of_a_client_whose_values_the_server_refused_is_dropped_in_
 
 def test_the_update_a_client_masks_carries_its_residual(monkeypatch):
     """Error feedback under masking: what a client summarizes and masks is its update plus what it kept."""
-    from fl.rounds import client
-
     _, plan, (worker,) = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1",
                                            "fl.num_clients=4", "fl.clients_per_round=2"])
     update = np.linspace(-1, 1, plan.length, dtype=np.float32)
@@ -67,8 +66,6 @@ def test_the_update_a_client_masks_carries_its_residual(monkeypatch):
 def test_the_staged_residual_is_the_corrected_update_less_what_was_sent_for_it():
     """The values go out weighted (w times the update) and quantized; the residual keeps the rest of the
     unweighted update: the unsent positions whole, and at the index set the clipping and rounding error / w."""
-    from fl.rounds.layout import MaskedLayout
-
     _, plan, _ = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1", "fl.num_clients=4",
                                    "fl.clients_per_round=2", "secagg.quant_bits=6"])
     rng = np.random.default_rng(0)
@@ -83,63 +80,8 @@ def test_the_staged_residual_is_the_corrected_update_less_what_was_sent_for_it()
     np.testing.assert_array_equal(staged[0][rest], corrected[rest])
 
 
-def _masked_run(tmp_path, *overrides):
-    import fl
-
-    return fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=dh",
-                              "compression.ratio=0.1", "fl.num_clients=12", "fl.clients_per_round=8",
-                              "compression.index_policy=sketch", *overrides]))
-
-
-def test_the_sketch_bytes_are_the_tables_of_the_clients_whose_masked_input_was_summed(tmp_path):
-    """Under dropouts, the sketch's share of the upload counts the tables that arrived, not the cohort's."""
-    rows = _masked_run(tmp_path, "secagg.dropout=0.05", "fl.rounds=4")
-    summed = 8 - rows[["dropped_advertise", "dropped_share_keys", "dropped_masked_input", "rejected"]].sum(axis=1)
-    assert not rows["aborted"].any() and summed.nunique() > 1  # dropouts before the sum in some rounds only
-    per_table = rows["bytes_up_sketch"] / summed
-    assert per_table.nunique() == 1 and per_table.iloc[0] > 0
-
-
-def test_each_masked_client_rounds_with_its_own_draws(tmp_path, monkeypatch):
-    """Stochastic rounding averages out over the cohort only if clients' draws are independent."""
-    import copy
-
-    draws, build = {}, masked._masked_vector
-
-    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
-        draws[cid] = copy.deepcopy(rng).random(4).tolist()
-        return build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
-
-    monkeypatch.setattr(masked, "_masked_vector", spy)
-    _masked_run(tmp_path, "fl.rounds=1")
-    assert len(draws) == 8 and len({tuple(d) for d in draws.values()}) == 8
-
-
-@pytest.mark.parametrize("policy", ["sketch", "fresh"])
-def test_a_large_clients_values_are_weighted_by_max_weight_as_its_weight_slot_is(tmp_path, monkeypatch, policy):
-    """The weight slot is clamped to max_weight; values weighted by more would be over-counted in the mean."""
-    from fl.runtime.worker import Worker
-
-    train, build, weights = Worker.train, masked._masked_vector, []
-
-    def big(self, cid, round):
-        update, n = train(self, cid, round)
-        return update, n * 100 if cid == 2 else n
-
-    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
-        weights.append((plan.max_weight, w))
-        return build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
-
-    monkeypatch.setattr(Worker, "train", big)
-    monkeypatch.setattr(masked, "_masked_vector", spy)
-    _masked_run(tmp_path, "fl.rounds=1", "fl.num_clients=8", f"compression.index_policy={policy}")
-    assert weights and all(w <= top for top, w in weights) and any(w == top for top, w in weights)
-
-
 def test_the_weight_is_rounded_stochastically_so_its_mean_is_the_weight():
     """Rounded down, every client's weight would be biased low by up to a step."""
-    from fl.rounds.layout import MaskedLayout
-
     _, plan, _ = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1", "fl.num_clients=4",
                                    "fl.clients_per_round=2"])
     layout = MaskedLayout(plan, 0, 0)

@@ -1,4 +1,6 @@
 """The masked round's server half, without Ray: the server's sum is exactly the plain sum."""
+import copy
+
 import numpy as np
 import pytest
 
@@ -9,8 +11,10 @@ from compression.index_policy import IndexPolicy
 from fl import wire
 from fl.config import validate
 from fl.plan import Plan
+from fl.rounds import masked as masked_round
 from fl.rounds.layout import MaskedLayout
 from fl.rounds.masked import MaskedAggregator
+from fl.runtime.worker import Worker
 
 
 def _plan(n, name="dh", length=20_000, field=()):
@@ -242,8 +246,6 @@ def test_a_malformed_message_rejects_its_client_and_the_round_goes_on_with_the_e
             return out[:-1] + bytes([out[-1] ^ 1])
         return out
 
-    from fl.rounds import masked as masked_round
-
     keep, kept = masked_round.keep_residual, []
 
     def spy_keep(worker, cid, residual):
@@ -464,3 +466,44 @@ def test_fresh_with_a_count_sketch_summary_aborts_a_round_whose_second_sum_misse
     between = rows["dropped_unmask_sketch"] + rows["dropped_masked_input"]
     assert between.sum() > 0 and (rows.loc[~rows["aborted"], "dropped"] > 0).any()
     assert (rows["aborted"] == (between > 0)).all()
+
+
+def test_the_sketch_bytes_are_the_tables_of_the_clients_whose_masked_input_was_summed(tmp_path):
+    """Under dropouts, the sketch's share of the upload counts the tables that arrived, not the cohort's."""
+    rows = _masked_run(tmp_path, "compression.index_policy=sketch", "secagg.dropout=0.05", "fl.rounds=4")
+    summed = 8 - rows[["dropped_advertise", "dropped_share_keys", "dropped_masked_input", "rejected"]].sum(axis=1)
+    assert not rows["aborted"].any() and summed.nunique() > 1  # dropouts before the sum in some rounds only
+    per_table = rows["bytes_up_sketch"] / summed
+    assert per_table.nunique() == 1 and per_table.iloc[0] > 0
+
+
+def test_each_masked_client_rounds_with_its_own_draws(tmp_path, monkeypatch):
+    """Stochastic rounding averages out over the cohort only if clients' draws are independent."""
+    draws, build = {}, masked_round._masked_vector
+
+    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
+        draws[cid] = copy.deepcopy(rng).random(4).tolist()
+        return build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
+
+    monkeypatch.setattr(masked_round, "_masked_vector", spy)
+    _masked_run(tmp_path, "compression.index_policy=sketch", "fl.rounds=1")
+    assert len(draws) == 8 and len({tuple(d) for d in draws.values()}) == 8
+
+
+@pytest.mark.parametrize("policy", ["sketch", "fresh"])
+def test_a_large_clients_values_are_weighted_by_max_weight_as_its_weight_slot_is(tmp_path, monkeypatch, policy):
+    """The weight slot is clamped to max_weight; values weighted by more would be over-counted in the mean."""
+    train, build, weights = Worker.train, masked_round._masked_vector, []
+
+    def big(self, cid, round):
+        update, n = train(self, cid, round)
+        return update, n * 100 if cid == 2 else n
+
+    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
+        weights.append((plan.max_weight, w))
+        return build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
+
+    monkeypatch.setattr(Worker, "train", big)
+    monkeypatch.setattr(masked_round, "_masked_vector", spy)
+    _masked_run(tmp_path, "fl.rounds=1", "fl.num_clients=8", f"compression.index_policy={policy}")
+    assert weights and all(w <= top for top, w in weights) and any(w == top for top, w in weights)

@@ -1,4 +1,6 @@
 """The plain round: batches of trained clients encode to the same messages; the server sums only good updates."""
+import types
+
 import numpy as np
 import pytest
 from fixtures_workers import attached_workers
@@ -6,6 +8,7 @@ from fixtures_workers import attached_workers
 import compression
 from fl import wire
 from fl.rounds import plain
+from fl.rounds.client import sync
 
 
 def test_server_rejects_a_payload_with_nan_and_keeps_its_sum(tmp_path):
@@ -119,10 +122,6 @@ def test_a_float16_residual_beyond_its_range_saturates_instead_of_shutting_the_c
 def test_a_catch_up_of_another_round_is_refused():
     """A worker that missed broadcasts applies the dense model before this round; one of an earlier round would
     train its clients from a stale model."""
-    import types
-
-    from fl.rounds.client import sync
-
     length = 8
     worker = types.SimpleNamespace(plan=types.SimpleNamespace(length=length), synced_round=1,
                                    reference=np.zeros(length, np.float32))

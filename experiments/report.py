@@ -174,14 +174,23 @@ def _plain(value: str) -> str:
     return v if isinstance(v, str) else json.dumps(v)
 
 
+BROADCAST_ONLY = ", compressed broadcast"
+
+
 def _name_policy(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
     """A run's index_policy as tables and legends name it. `fresh` with the count-sketch summary, recorded as plain
-    `fresh` (every other summary names itself), is `fresh(sketch)`, never read as the default policy; a `fresh` run
+    `fresh` (every other summary names itself), is `fresh(sketch)`, never read as the default policy; a run whose
+    codec compressed only the broadcast (clients sent every entry, the server kept the error) says so beside its
+    recorded `dense` or `all`, never read as the dense baseline's uploads under another codec's name; a `fresh` run
     whose first exchange's summary had bits of its own (compression.sketch_quant_bits, not the values'
     secagg.quant_bits) says so, so that it is never pooled with, nor read as, the same policy at the default."""
     if "index_policy" not in frame:
         return frame
     frame.loc[frame["index_policy"].astype(str) == "fresh", "index_policy"] = "fresh(sketch)"
+    if {"client_compression", "server_compression"} <= set(frame):  # columns older rows may lack
+        only = ((frame["compression"] != "none") & ~frame["client_compression"].astype(bool)
+                & frame["server_compression"].astype(bool))
+        frame.loc[only, "index_policy"] = frame.loc[only, "index_policy"].astype(str) + BROADCAST_ONLY
     if not config.exists():
         return frame
     cfg = _config(config)
@@ -325,6 +334,15 @@ LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updat
              "survivors); means over seeds. ")
 
 
+BROADCAST_NOTE = ("EF: the clients' residuals; `server` on a line whose positions say `compressed broadcast`: the "
+                  "codec compressed only the broadcast (clients sent every entry) and the server kept what it did "
+                  "not send. ")
+
+
+def _has_broadcast_only(t: pd.DataFrame) -> bool:
+    return bool(t["index_policy"].astype(str).str.endswith(BROADCAST_ONLY).any())
+
+
 def _has_lost(t: pd.DataFrame) -> bool:
     return all(c in t for c in LOST) and bool((t[LOST].fillna(0) > 0).any(axis=None))
 
@@ -361,7 +379,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
              "shards). Field bits: the masked field's width (blank: not masked); "
              "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "")
-             + (LOST_NOTE if _has_lost(t) else "") + "Bytes: per client per round, counted from the serialized "
+             + (LOST_NOTE if _has_lost(t) else "") + (BROADCAST_NOTE if _has_broadcast_only(t) else "")
+             + "Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort). "
              f"Rounds to target: first round with accuracy >= {target}, mean over the runs that reached it (their "
@@ -389,7 +408,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
         data = f"{r.dataset} ({r.partition}{f', {r.rounds:.0f} rounds' if lengths else ''})"
         lines.append(
             f"| {r.env} | {data} | {r.model} | {int(r.n_params):,} | {r.compression} | {r.ratio:g} "
-            f"| {'on' if r.error_feedback else 'off'} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
+            f"| {_ef(r)} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
             f"{f'| {r.other} ' if others else ''}| {r.seeds}{f' ({r.runs} runs)' if r.runs != r.seeds else ''} "
             f"| {accuracy_cell(r.accuracy, r.accuracy_std, r.runs)} | {r.accuracy_last:.3f} "
             f"| {_num(r.accuracy_change, '+.3f')} "
@@ -414,6 +433,11 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     return "\n".join(lines) + "\n"
 
 
+def _ef(line) -> str:
+    """Who kept the error: the clients (`on`), the server (a codec on the broadcast only) or nobody."""
+    return "on" if line.error_feedback else "server" if str(line.index_policy).endswith(BROADCAST_ONLY) else "off"
+
+
 def _num(x: float, spec: str = ".4f") -> str:
     """Blank where there is no figure (no dense run in the same environment to compare with)."""
     return "" if pd.isna(x) else format(x, spec)
@@ -432,7 +456,10 @@ def setting_names(frame: pd.DataFrame, ratio: bool = True) -> pd.Series:
         name = name + np.where(frame["compression"] == "none", "", " " + frame["ratio"].map("{:g}".format))
     name = name + np.where(masked, " + " + frame["secagg"].astype(str) + " (" + frame["index_policy"].astype(str)
                            + bits + ")", "")
-    name = name + np.where(frame["error_feedback"].astype(bool) | (frame["compression"] == "none"), "", " no EF")
+    broadcast = frame["index_policy"].astype(str).str.endswith(BROADCAST_ONLY)  # the server keeps the error
+    name = name + np.where(~masked & broadcast, " on the broadcast only", "")
+    name = name + np.where(frame["error_feedback"].astype(bool) | (frame["compression"] == "none") | broadcast, "",
+                           " no EF")
     return name + np.where(frame["other"] != "", ", " + frame["other"], "")
 
 

@@ -552,3 +552,31 @@ def test_fresh_with_the_count_sketch_summary_is_named_so_not_read_as_the_default
     _mark_done(run)
     loaded, _ = report.load([str(tmp_path)])
     assert set(loaded["index_policy"]) == {"fresh(sketch)"}
+
+
+def test_a_codec_on_the_broadcast_only_is_named_so_with_the_server_keeping_its_error(tmp_path, monkeypatch):
+    """Clients of `compression.client=false` send every entry (recorded `dense`, or `all` masked): read as plain
+    `dense`/`no EF`, its top-k line looked like the dense baseline's uploads under top-k's name with no error kept."""
+    def run(name, seed, secagg, policy, client, compression="topk", ef=False):
+        rows = [dict(r, run_id=name, seed=seed, secagg=secagg, index_policy=policy, compression=compression,
+                     client_compression=client, server_compression=compression != "none", error_feedback=ef,
+                     field_bits=20 if secagg != "none" else np.nan) for r in _rows(name, seed, 20, 0.7)]
+        _write_run(tmp_path, name, rows, _config())
+
+    run("a", 0, "none", "dense", False)
+    run("b", 1, "none", "dense", False)
+    run("c", 0, "dh", "all", False)
+    run("d", 0, "none", "per-client", True, ef=True)
+    run("e", 0, "none", "dense", False, compression="none")
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6))
+    assert sorted(t["index_policy"]) == ["all, compressed broadcast", "dense", "dense, compressed broadcast",
+                                         "per-client"]
+    assert t.set_index("index_policy").loc["dense, compressed broadcast", "seeds"] == 2
+    md = report.markdown(t, [], 0.6, "cmd")
+    assert "| topk | 0.02 | server | none | dense, compressed broadcast |" in md
+    assert "| topk | 0.02 | server | dh | all, compressed broadcast |" in md
+    assert "| none | 0.02 | off | none | dense |" in md and "`server` on a line" in md
+    assert "`server` on a line" not in report.markdown(t[~t["index_policy"].str.contains("broadcast")], [], 0.6, "c")
+    assert sorted(report.setting_names(t)) == ["none", "topk 0.02", "topk 0.02 + dh (all, compressed broadcast)",
+                                               "topk 0.02 on the broadcast only"]

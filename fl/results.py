@@ -161,9 +161,9 @@ class RunLog:
     def start(self, cfg_dict: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.path.exists():  # a killed run: keep its rows under its own run id
-            self.path.rename(self.dir / f"rounds.incomplete-{_run_id_of(self.path) or self.run_id}.csv")
+            self.path.rename(_untaken(self.dir, f"rounds.incomplete-{_run_id_of(self.path) or self.run_id}", ".csv"))
         if self.done_path.exists():  # a done.json whose rows are gone or do not match it: kept, never trusted
-            self.done_path.rename(self.dir / f"done.unmatched-{self.run_id}.json")
+            self.done_path.rename(_untaken(self.dir, f"done.unmatched-{self.run_id}", ".json"))
         write_atomic(self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True))
         self._file = open(self.path, "x", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
@@ -228,6 +228,17 @@ def write_atomic(path: Path, text: str) -> None:
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
     tmp.write_text(text)
     os.replace(tmp, path)
+
+
+def _untaken(folder: Path, stem: str, suffix: str) -> Path:
+    """`stem + suffix` in `folder`, or with the first free `.1`, `.2`, ... before the suffix: rows kept aside are
+    never replaced (rows whose first id is unreadable are kept under the id of the run that found them, which may
+    be killed in turn, its own rows then kept under the same id). The folder's lock keeps other runs out meanwhile."""
+    path, n = folder / f"{stem}{suffix}", 0
+    while path.exists():
+        n += 1
+        path = folder / f"{stem}.{n}{suffix}"
+    return path
 
 
 def _run_id_of(path: Path) -> str | None:

@@ -1,0 +1,292 @@
+"""The runtime's pieces one at a time, without Ray: the warm pool and dataset a sweep keeps, starting and
+stopping the local Ray, the pool's size and fit, reply buffers at their edges, and which mapped pages a worker
+releases."""
+import io
+import os
+import subprocess
+import sys
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+from fixtures_workers import attached_workers
+
+from fl.rounds import plain
+from fl.runtime import memory, raystart, transport, warm
+from fl.runtime.pool import InlinePool, _check_fits, _running, pool_size
+from fl.runtime.transport import ReplyBuffer, ReplyReader
+
+
+def cfg(backend="ray", device="cpu", num_workers=None, cpus=1.0, gpus=0.0, address=None, clients_per_round=10):
+    return SimpleNamespace(backend=backend, device=device, fl=SimpleNamespace(clients_per_round=clients_per_round),
+                           ray=SimpleNamespace(num_workers=num_workers, num_cpus_per_worker=cpus,
+                                               num_gpus_per_worker=gpus, address=address))
+
+
+# --- the warm pool and dataset (fl.runtime.warm) ------------------------------------------------
+
+
+class FakePool:
+    def __init__(self, fails=False):
+        self.closed, self.dead, self.fails = False, set(), fails
+
+    def close(self):
+        self.closed = True
+        if self.fails:
+            raise RuntimeError("Ray is already shut down")
+
+
+@pytest.fixture
+def sweep(monkeypatch):
+    """A fresh warm module state; Ray's stop and the exit hook recorded, never run."""
+    stops, hooks = [], []
+    monkeypatch.setattr(warm, "_pool", None)
+    monkeypatch.setattr(warm, "_pool_key", None)
+    monkeypatch.setattr(warm, "_data", None)
+    monkeypatch.setattr(warm, "_data_key", None)
+    monkeypatch.setattr(warm, "_exit_hook", False)
+    monkeypatch.setattr(warm.raystart, "stop", lambda: stops.append("stop"))
+    monkeypatch.setattr(warm.atexit, "register", hooks.append)
+    return SimpleNamespace(stops=stops, hooks=hooks)
+
+
+@pytest.mark.parametrize("other", [dict(address="ray://head:10001"), dict(gpus=0.5), dict(cpus=0.5),
+                                   dict(device="cuda"), dict(backend="inline")])
+def test_the_warm_pool_serves_a_cell_of_its_shape_and_is_replaced_for_any_other(sweep, other):
+    """A cell on another Ray (ray.address), or wanting GPUs its workers lack, must not be given the old pool."""
+    first = warm.pool(cfg(), 2, FakePool)
+    assert warm.pool(cfg(), 2, FakePool) is first and not first.closed
+    second = warm.pool(cfg(**other), 2, FakePool)
+    assert second is not first and first.closed
+    third = warm.pool(cfg(**other), 3, FakePool)  # another size
+    assert third is not second and second.closed
+
+
+def test_the_kept_dataset_is_reloaded_for_another_seed_or_dataset(sweep):
+    loads = []
+
+    def load(tag):
+        return lambda: loads.append(tag) or tag
+
+    digits = {"name": "digits", "partition": "iid"}
+    assert warm.dataset(digits, 0, load("a")) == "a"
+    assert warm.dataset(dict(digits), 0, load("b")) == "a"  # the same dataset and seed: kept
+    assert warm.dataset(digits, 1, load("c")) == "c"  # another seed draws another split
+    assert warm.dataset({**digits, "partition": "shards"}, 1, load("d")) == "d"
+    assert loads == ["a", "c", "d"]
+
+
+def test_discarding_a_pool_whose_close_fails_forgets_it_and_raises_nothing(sweep):
+    """At exit Ray's own hook may have shut Ray down first: closing the pool then fails, and must not raise."""
+    broken = warm.pool(cfg(), 2, lambda: FakePool(fails=True))
+    warm.discard()
+    assert broken.closed and warm._pool is None
+    assert warm.pool(cfg(), 2, FakePool) is not broken
+
+
+def test_close_ends_the_pool_the_dataset_and_the_ray_of_the_sweep(sweep):
+    pool = warm.pool(cfg(), 2, FakePool)
+    warm.dataset({"name": "digits"}, 0, lambda: "arrays")
+    warm.close()
+    assert pool.closed and warm._pool is None and sweep.stops == ["stop"]
+    assert warm.dataset({"name": "digits"}, 0, lambda: "fresh") == "fresh"  # nothing kept past the sweep
+
+
+def test_keep_registers_close_at_exit_once(sweep):
+    warm.keep()
+    warm.keep()
+    assert sweep.hooks == [warm.close]
+
+
+# --- starting and stopping the local Ray (fl.runtime.raystart) ----------------------------------
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    calls, state = [], {"up": False, "mode": 0}
+
+    def init(address=None, **kw):
+        calls.append(("init", address, sorted(kw)))
+        state["up"] = True
+
+    fake = SimpleNamespace(is_initialized=lambda: state["up"], init=init,
+                           shutdown=lambda: (calls.append(("shutdown",)), state.update(up=False)),
+                           SCRIPT_MODE=0, WORKER_MODE=1,
+                           get_runtime_context=lambda: SimpleNamespace(worker=SimpleNamespace(mode=state["mode"])))
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.setattr(raystart, "_owned", False)
+    monkeypatch.setattr(raystart, "_address", None)
+    monkeypatch.setattr(raystart, "_workers_import_project", lambda: None)
+    monkeypatch.setattr(raystart, "_stop_autoscaler_monitor", lambda ray: calls.append(("monitor",)))
+    return SimpleNamespace(calls=calls, state=state)
+
+
+def test_stop_shuts_down_only_the_ray_started_here_and_only_once(fake_ray):
+    raystart.start(None)
+    raystart.stop()
+    assert fake_ray.calls[-1] == ("shutdown",)
+    fake_ray.state["up"] = True  # the caller starts a Ray of its own afterwards
+    raystart.stop()
+    assert fake_ray.calls.count(("shutdown",)) == 1 and fake_ray.state["up"]
+
+
+def test_a_local_ray_gets_its_cores_and_settings_and_a_cluster_is_joined_as_it_is(fake_ray):
+    """ray.init refuses num_cpus and _system_config when it connects to a running cluster."""
+    raystart.start(None)
+    assert fake_ray.calls[0] == ("init", None, ["_system_config", "configure_logging", "include_dashboard",
+                                                "log_to_driver", "num_cpus"])
+    assert fake_ray.calls[1] == ("monitor",)
+    raystart.stop()
+    raystart.start("auto")
+    assert fake_ray.calls[-1] == ("init", "auto", ["configure_logging", "include_dashboard", "log_to_driver"])
+
+
+def test_a_driver_is_not_a_ray_worker(fake_ray):
+    assert not raystart.in_ray_worker()  # Ray not started
+    fake_ray.state["up"] = True
+    assert not raystart.in_ray_worker()  # the driver of a running Ray
+    fake_ray.state["mode"] = 1
+    assert raystart.in_ray_worker()
+
+
+# --- the pool -----------------------------------------------------------------------------------
+
+
+def test_the_pool_is_never_larger_than_the_cohort_and_defaults_to_the_usable_cores(monkeypatch):
+    monkeypatch.setattr("fl.runtime.pool.usable_cpus", lambda: 6)
+    assert pool_size(cfg(num_workers=8, clients_per_round=3)) == 3
+    assert pool_size(cfg(num_workers=None, clients_per_round=10)) == 6
+    assert pool_size(cfg(num_workers=None, clients_per_round=4)) == 4
+    assert pool_size(cfg(num_workers=2, clients_per_round=10)) == 2
+
+
+def test_a_pool_that_fits_up_to_rounding_is_not_refused():
+    """25 x 0.28 is 7.000000000000001 in floating point: a 7-core Ray holds them."""
+    _check_fits({"CPU": 7.0}, 25, 0.28, 0.0)
+    _check_fits({"CPU": 25.0, "GPU": 7.0}, 25, 1.0, 0.28)
+
+
+def test_an_inline_pool_gives_back_the_callers_torch_threads_when_it_closes():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        pool = InlinePool("cpu", 1)
+        assert torch.get_num_threads() == 1  # a worker computes on one thread
+        pool.close()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_an_exited_process_and_a_zombie_are_not_running():
+    assert _running(os.getpid())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    for _ in range(6000):  # until it has exited, not yet reaped: a zombie (a guard, not a time limit)
+        if open(f"/proc/{child.pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z":
+            break
+        time.sleep(0.01)
+    else:
+        pytest.fail(f"process {child.pid} ('python -c pass') did not exit")
+    assert not _running(child.pid)
+    child.wait()
+    assert not _running(child.pid)
+
+
+# --- the worker ---------------------------------------------------------------------------------
+
+
+def test_a_worker_attached_again_keeps_replying_through_the_buffer_the_driver_mapped(tmp_path, monkeypatch):
+    """A warm pool probes its workers' buffers once: the next cell's replies must come through the same one."""
+    from fl.data import load_dataset
+    from fl.server import Broadcaster
+
+    monkeypatch.setattr(transport, "SHM_DIR", str(tmp_path))
+    monkeypatch.setattr(transport.ReplyBuffer.__init__, "__defaults__", (str(tmp_path),))
+    config, plan, [w] = attached_workers(["model=mlp_small", "secagg=none", "fl.num_clients=4",
+                                          "fl.clients_per_round=4"])
+    reader = ReplyReader()
+    try:
+        probe, _ = w.probe_replies(b"token")
+        assert reader.attach(0, probe, b"token")
+        w.attach(load_dataset(config.dataset, config.seed), plan)  # the next cell
+        broadcast = Broadcaster(plan).encode(0, np.zeros(plan.length, np.float32))
+        packed, _ = w.run(plain.client_round, broadcast, 0, [0, 1], None, packed=True)
+        plain_reply, _ = w.run(plain.client_round, broadcast, 0, [0, 1], None)
+        assert reader.unpack(0, packed) == plain_reply
+    finally:
+        w.close_replies()
+        reader.close()
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_plan_for_another_model_is_refused_at_attach():
+    from fl.data import load_dataset
+    from fl.plan import Plan
+
+    config, plan, [w] = attached_workers(["model=mlp_small", "secagg=none"])
+    other = Plan.build(config, [10, 20])
+    with pytest.raises(ValueError, match="the plan is for 30 parameters"):
+        w.attach(load_dataset(config.dataset, config.seed), other)
+
+
+# --- reply buffers (fl.runtime.transport) -------------------------------------------------------
+
+
+def test_a_reply_that_fills_the_buffer_exactly_fits_and_one_byte_more_grows_it(tmp_path):
+    buffer, reader = ReplyBuffer(str(tmp_path)), ReplyReader()
+    assert reader.attach(0, buffer.pack([(0, b"t")]), b"t")
+    first = buffer.path
+    exact = [(0, b"a" * (transport.INITIAL_BYTES - 1)), (1, b"b")]
+    assert reader.unpack(0, buffer.pack(exact)) == exact and buffer.path == first
+    more = [(0, b"a" * transport.INITIAL_BYTES), (1, b"b")]
+    assert reader.unpack(0, buffer.pack(more)) == more and buffer.path != first
+    buffer.close()
+    reader.close()
+
+
+def test_a_reply_more_than_twice_the_buffer_grows_it_to_fit(tmp_path):
+    buffer, reader = ReplyBuffer(str(tmp_path)), ReplyReader()
+    assert reader.attach(0, buffer.pack([(0, b"t")]), b"t")
+    out = [(0, os.urandom(3 * transport.INITIAL_BYTES)), (1, None), (2, b"x")]
+    assert reader.unpack(0, buffer.pack(out)) == out
+    buffer.close()
+    reader.close()
+
+
+# --- released pages (fl.runtime.memory) ---------------------------------------------------------
+
+
+def smaps(monkeypatch, text):
+    monkeypatch.setattr(memory, "open", lambda path: io.StringIO(text), raising=False)
+
+
+def mapping(start, name, rss=4, **dirty):
+    fields = {"Rss": rss, "Private_Dirty": 0, "Shared_Dirty": 0, "Anonymous": 0, "Swap": 0, **dirty}
+    return (f"{start:x}-{start + 0x1000:x} r-xp 00000000 08:01 1 {name}\n" +
+            "".join(f"{key}:{value:>20} kB\n" for key, value in fields.items()))
+
+
+def test_a_mapping_with_shared_dirty_pages_is_not_clean(monkeypatch):
+    smaps(monkeypatch, mapping(0x7f0000000000, "/usr/lib/libtorch_cuda.so", Shared_Dirty=4) +
+          mapping(0x7f0000002000, "/usr/lib/libtorch_cuda.so"))
+    assert memory.clean_mappings() == [(0x7f0000002000, 0x7f0000003000, 4096)]
+
+
+def test_the_lines_of_another_mapping_are_not_counted_for_the_gpu_library_before_it(monkeypatch):
+    """A clean GPU mapping followed by a dirty anonymous one: the anonymous one's lines are its own."""
+    smaps(monkeypatch, mapping(0x7f0000000000, "/usr/lib/python3/site-packages/nvidia/cublas/libcublasLt.so") +
+          mapping(0x7f0000002000, "", rss=64, Anonymous=64, Private_Dirty=64) +
+          mapping(0x7f0000004000, "/usr/lib/libc.so.6", rss=8, Private_Dirty=8))
+    assert memory.clean_mappings() == [(0x7f0000000000, 0x7f0000001000, 4096)]
+
+
+def test_the_import_hook_releases_once_torch_has_loaded_and_then_leaves(monkeypatch):
+    released = []
+    monkeypatch.setattr(memory, "release_gpu_libraries", lambda: released.append(1))
+    hook = memory._ReleaseWhenTorchCLoads()
+    monkeypatch.setattr(sys, "meta_path", [hook, *sys.meta_path])
+    monkeypatch.setitem(sys.modules, "torch._C", sys.modules.get("torch._C", object()))
+    assert hook.find_spec("anything") is None
+    assert hook not in sys.meta_path and released == [1]

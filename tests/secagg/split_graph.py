@@ -67,3 +67,19 @@ def part_sum_seen_by_server(r, part, neighbours):
             seed = pairwise_seed(key, server._keys[u][1], session, w, u)
             add_prg(total, seed, subtract=w > u)  # u added +PRG(s_uw) for w > u, -PRG for w < u
     return total
+
+
+def reference_components(neighbours, members) -> list[tuple[int, ...]]:
+    """Connected components of the graph (`neighbours(u)`) restricted to `members`, each sorted, largest first:
+    a plain reference search."""
+    left, parts = set(members), []
+    while left:
+        stack, part = [left.pop()], set()
+        while stack:
+            u = stack.pop()
+            part.add(u)
+            nxt = (set(neighbours(u)) & left) - part
+            left -= nxt
+            stack += nxt
+        parts.append(tuple(sorted(part)))
+    return sorted(parts, key=lambda p: (-len(p), p))

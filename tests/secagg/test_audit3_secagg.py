@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secagg_rounds import at_unmask
+from split_graph import reference_components
 
 from secagg import KeyRoster, ProtocolError, UnmaskRequest, make_round, prg_uint32, session_id
 from secagg.prg import add_prg
@@ -101,20 +102,6 @@ def test_a_client_above_every_roster_id_is_refused_with_a_clear_error():
                 graph.neighbours(stranger)
 
 
-def plain_components(graph, members):
-    left, parts = set(members), []
-    while left:
-        stack, part = [left.pop()], set()
-        while stack:
-            u = stack.pop()
-            part.add(u)
-            nxt = (set(graph.neighbours(u)) & left) - part
-            left -= nxt
-            stack += nxt
-        parts.append(tuple(sorted(part)))
-    return sorted(parts, key=lambda p: (-len(p), p))
-
-
 def test_components_answer_each_set_of_members_asked_about_in_turn():
     """One Graph serves a process's clients and its server (and both masked exchanges of a round): asked about
     a connected set, then a split one, it must not answer from the first."""
@@ -124,7 +111,7 @@ def test_components_answer_each_set_of_members_asked_about_in_turn():
     split = sorted(set(IDS) - {*ring[5:7], *ring[20:22]})  # two cuts of k/2 ring neighbours: two arcs
     connected = sorted(set(IDS) - set(ring[5:7]))
     for members in (IDS, split, connected, split, IDS):
-        assert graph.components(members) == plain_components(graph, members)
+        assert graph.components(members) == reference_components(graph.neighbours, members)
     assert len(graph.components(split)) == 2 and len(graph.components(connected)) == 1
 
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 from secagg_rounds import Round, plain_sum, random_inputs
-from split_graph import part_sum_seen_by_server, public_neighbours, ring_from_graph, split_pattern
+from split_graph import part_sum_seen_by_server, public_neighbours, reference_components, ring_from_graph, split_pattern
 
 from secagg import Graph, KeyRoster, ProtocolError, RoundAborted, UnmaskRequest, make_round, session_id
 
@@ -23,21 +23,6 @@ def split_round(arc=7):
     ring = ring_from_graph(IDS, public_neighbours(r))
     dropped, part = split_pattern(ring, DEGREE, arc)
     return r, ring, dropped, part
-
-
-def components(ids, neighbours, members):
-    """Connected components of the graph restricted to `members` (a plain reference search)."""
-    left, parts = set(members), []
-    while left:
-        stack, part = [left.pop()], set()
-        while stack:
-            u = stack.pop()
-            part.add(u)
-            nxt = (set(neighbours(u)) & left) - part
-            left -= nxt
-            stack += nxt
-        parts.append(part)
-    return parts
 
 
 def test_survivors_split_in_two_by_the_graph_abort_and_nothing_is_revealed():
@@ -98,7 +83,7 @@ def test_random_dropouts_abort_when_the_survivors_disconnect_and_give_the_exact_
         blocks = [ring[(start + j) % 40] for j in range(size)] + [ring[(start + gap + j) % 40] for j in range(size)]
         dropped = sorted(set(blocks))
         survivors = sorted(set(IDS) - set(dropped))
-        split = len(components(IDS, neighbours, survivors)) > 1
+        split = len(reference_components(neighbours, survivors)) > 1
         try:
             r.masked_input(inputs, drop=dropped)
         except RoundAborted as exc:

@@ -339,8 +339,13 @@ BROADCAST_NOTE = ("EF: the clients' residuals; `server` on a line whose position
                   "not send. ")
 
 
+def _broadcast_only(policies: pd.Series) -> pd.Series:
+    """Lines whose codec compressed only the broadcast (as `_name_policy` names them): the server kept the error."""
+    return policies.astype(str).str.endswith(BROADCAST_ONLY)
+
+
 def _has_broadcast_only(t: pd.DataFrame) -> bool:
-    return bool(t["index_policy"].astype(str).str.endswith(BROADCAST_ONLY).any())
+    return bool(_broadcast_only(t["index_policy"]).any())
 
 
 def _has_lost(t: pd.DataFrame) -> bool:
@@ -456,7 +461,7 @@ def setting_names(frame: pd.DataFrame, ratio: bool = True) -> pd.Series:
         name = name + np.where(frame["compression"] == "none", "", " " + frame["ratio"].map("{:g}".format))
     name = name + np.where(masked, " + " + frame["secagg"].astype(str) + " (" + frame["index_policy"].astype(str)
                            + bits + ")", "")
-    broadcast = frame["index_policy"].astype(str).str.endswith(BROADCAST_ONLY)  # the server keeps the error
+    broadcast = _broadcast_only(frame["index_policy"])
     name = name + np.where(~masked & broadcast, " on the broadcast only", "")
     name = name + np.where(frame["error_feedback"].astype(bool) | (frame["compression"] == "none") | broadcast, "",
                            " no EF")

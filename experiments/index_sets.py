@@ -8,6 +8,11 @@ rounds and, at a few of them, measures, one round at a time (no error feedback):
   sends. With error feedback the rest waits in the client's residual, on shards about ten rounds until its
   next visit; top-k of the summed squares (`energy`) sends the most a shared set can, top-k of the sum less.
 
+`marginals` estimates the summed squares of each weight matrix by a rank-one matrix. Two rows ask what a better
+low-rank estimate would buy: the best rank-r approximation of the exact summed squares (an SVD: a bound on any
+summary of that rank, not itself a summary), and a two-sided random sketch of them (Tropp et al. 2017), which
+is linear in the squares and so could be masked as `marginals` is.
+
     python -m experiments.index_sets          # writes results/index_sets_fmnist.{csv,md}
 
 Fashion-MNIST, lenet, 100 clients / 10 a round, 1 local epoch, lr 0.1, k = ceil(0.01 n), IID and 2-class
@@ -36,13 +41,62 @@ ROUNDS = 16
 MEASURED = (0, 2, 5, 10, 15)
 
 
+class LowRankEnergy:
+    """Each weight matrix's summed squares estimated at rank r; the top k of the estimate, with CountSketch's
+    interface. `sketch_rows` None: the best rank-r approximation (SVD of the exact squares, which the table
+    holds in full). Otherwise Y = E Omega (r columns) and W = Psi E (`sketch_rows` rows) from public Gaussian test
+    matrices whose first column and row are ones (so Y and W include `marginals`' row and column energies), and
+    E ~ Q (Psi Q)^+ W with Q an orthonormal basis of Y; `cols` counts those cells. 1-D tensors: their squares."""
+
+    def __init__(self, shapes, rank: int, sketch_rows: int | None = None, seed: int = 0):
+        self.shapes, self.rank, self.sketch_rows, self.seed = [tuple(s) for s in shapes], rank, sketch_rows, seed
+        self.length = sum(int(np.prod(s)) for s in self.shapes)
+        self.cols = None  # the SVD bound is no summary
+        if sketch_rows:
+            matrices = [self._matrix(s) for s in self.shapes]
+            self.cols = sum(m * min(rank, m, n) + n * min(sketch_rows, m, n) if n > 1 else m for m, n in matrices)
+
+    @staticmethod
+    def _matrix(shape) -> tuple[int, int]:
+        size = int(np.prod(shape))
+        return (shape[0], size // shape[0]) if len(shape) > 1 and shape[0] > 1 and size // shape[0] > 1 else (size, 1)
+
+    def sketch(self, vector: np.ndarray) -> np.ndarray:
+        return np.square(vector, dtype=np.float64)  # the squares; E's sketches are linear in them
+
+    def estimate(self, energy: np.ndarray) -> np.ndarray:
+        rng, out, offset = np.random.default_rng(self.seed), np.array(energy, np.float64), 0
+        for shape in self.shapes:
+            (m, n), size = self._matrix(shape), int(np.prod(shape))
+            if n > 1:
+                e, r = out[offset:offset + size].reshape(m, n), min(self.rank, m, n)
+                if self.sketch_rows is None:
+                    u, s, vt = np.linalg.svd(e, full_matrices=False)
+                    approx = (u[:, :r] * s[:r]) @ vt[:r]
+                else:
+                    omega = np.hstack([np.ones((n, 1)), rng.standard_normal((n, r - 1))])
+                    psi = np.vstack([np.ones((1, m)), rng.standard_normal((min(self.sketch_rows, m, n) - 1, m))])
+                    q = np.linalg.qr(e @ omega)[0]
+                    approx = q @ np.linalg.lstsq(psi @ q, psi @ e, rcond=None)[0]
+                out[offset:offset + size] = approx.ravel()
+            offset += size
+        return out
+
+    def heavy_hitters(self, energy: np.ndarray, k: int) -> np.ndarray:
+        return topk_positions(self.estimate(energy).astype(np.float32), k)
+
+
 def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[np.ndarray | None, int | None]]:
     """Each way of choosing: (shared positions, or None for per-client top-k; cells of its masked summary)."""
     length = updates[0].size
     summaries = {"top-k of the sum (`exact`, a dense summary)": ExactSummary(length),
                  "top-k of the summed squares (`energy`, a dense summary)": EnergySummary(length),
                  "fresh: marginals (the default)": Marginals(shapes),
-                 **{f"fresh: blocks of {b}": BlockEnergy(length, b) for b in (64, 32, 16)}}
+                 **{f"fresh: blocks of {b}": BlockEnergy(length, b) for b in (64, 32, 16)},
+                 **{f"best rank-{r} approximation of the summed squares (SVD: a bound, not a summary)":
+                    LowRankEnergy(shapes, r) for r in (2, 5)},
+                 **{f"two-sided sketch of the summed squares, rank {r}": LowRankEnergy(shapes, r, 2 * r)
+                    for r in (2, 5, 10)}}
     out = {name: (summary.heavy_hitters(np.sum([summary.sketch(u) for u in updates], 0), k), summary.cols)
            for name, summary in summaries.items()}
     out["per-client top-k (no shared set)"] = (None, None)

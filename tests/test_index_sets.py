@@ -1,0 +1,47 @@
+"""The low-rank estimates of experiments.index_sets: exact where the energies have that rank, the rank-one sketch
+is `marginals`' estimate, and the cells counted are the sketch's."""
+import numpy as np
+
+from compression.marginals import Marginals
+from experiments.index_sets import LowRankEnergy
+
+SHAPES = [(12, 3, 5), (12,), (7, 12), (7,)]  # a conv-like tensor (12 x 15), a bias, a dense layer, a bias
+LENGTH = 12 * 15 + 12 + 7 * 12 + 7
+
+
+def _energies_of_rank(rank: int, seed: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    parts = []
+    for shape in SHAPES:
+        if len(shape) == 1:
+            parts.append(rng.random(shape[0]))
+        else:
+            m, n = shape[0], int(np.prod(shape[1:]))
+            parts.append((rng.random((m, rank)) @ rng.random((rank, n))).ravel())
+    return np.concatenate(parts)
+
+
+def test_an_energy_of_the_estimates_rank_is_recovered_and_its_top_k_found():
+    energy = _energies_of_rank(3)
+    k = 40
+    want = np.sort(np.argsort(-energy)[:k])
+    for estimator in (LowRankEnergy(SHAPES, 3), LowRankEnergy(SHAPES, 3, 6)):
+        np.testing.assert_allclose(estimator.estimate(energy), energy, rtol=1e-8, atol=1e-10)
+        np.testing.assert_array_equal(estimator.heavy_hitters(energy, k), want)
+    # rank 2 cannot hold a rank-3 matrix: the estimate differs
+    assert not np.allclose(LowRankEnergy(SHAPES, 2).estimate(energy), energy, rtol=1e-3)
+
+
+def test_the_rank_one_sketch_from_ones_is_the_marginals_estimate():
+    energy = _energies_of_rank(4, seed=1)
+    marginals = Marginals(SHAPES)
+    np.testing.assert_allclose(LowRankEnergy(SHAPES, 1, 1).estimate(energy),
+                               marginals.estimate(marginals.sketch(np.sqrt(energy))), rtol=1e-6)
+
+
+def test_the_sketch_counts_its_cells_and_the_svd_bound_none():
+    # 12 x 15: rank 5 x 12 rows + 10 x 15 columns; 7 x 12: 5 x 7 + 7 x 12 (Psi capped at 7 rows); biases 12 + 7
+    assert LowRankEnergy(SHAPES, 5, 10).cols == (5 * 12 + 10 * 15) + 12 + (5 * 7 + 7 * 12) + 7
+    assert LowRankEnergy(SHAPES, 1, 1).cols == Marginals(SHAPES).cols
+    assert LowRankEnergy(SHAPES, 5).cols is None
+    assert LowRankEnergy(SHAPES, 2, 4).length == LENGTH

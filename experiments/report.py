@@ -140,15 +140,15 @@ def _settings(config: Path) -> dict[str, str]:
 
 def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[str, str]:
     """run_id -> the config keys (`key=value, ...`) in which it differs from runs the other columns would pool
-    with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting); '' where
-    none. A key found so is named on every run of the same data, model and length, so a setting run at one value
+    with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting), in whichever
+    environment each ran (so that two environments' lines differ only in the environment); '' where none. A key found so is named on every run of the same data, model and length, so a setting run at one value
     of it only (alone in its pool) still says which. A key a run's config.json lacks (written before the key
     existed) reads as the value runs had before it (fl.results.NEUTRAL); one without such a value, and any key of a
     run without a config.json, is not compared. Masking's keys are not named for unmasked runs."""
     runs = _first_rows(rows).reset_index()
     configs = {r: {**BEFORE_KEYS, **c} if c else c for r, c in configs.items()}  # no config.json: nothing known
     found: dict[str, set[str]] = {}
-    for _, g in runs.groupby([c for c in SETTING if c != "other"] + ["length"], dropna=False):
+    for _, g in runs.groupby([c for c in SETTING if c not in ("other", "env")] + ["length"], dropna=False):
         cfgs = [configs.get(r, {}) for r in g["run_id"]]
         masked = g["secagg"].iloc[0] != "none"
         keys = {k for k in set.intersection(*(set(c) for c in cfgs))
@@ -427,15 +427,24 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             + (f" {r.dropped_per_round:.2f} | {r.rejected_per_round:.2f} | {r.clipped_per_round:.2f} "
                f"| {r.aborted_rounds:g} |" if lost else ""))
     if len(envs) > 1:
-        lines += ["", "## Environments compared (seconds per round)", "",
-                  t.pivot_table(index=["dataset", "model", "compression", "ratio", "secagg"], columns="env",
-                                values="round_s").round(4).to_markdown()]
+        lines += ["", "## Environments compared (seconds per round)", "", _environments_compared(t)]
     if incomplete:
         lines += ["", "## Incomplete runs (rows without a done.json that matches them: crashed, killed, cut short or still running)", ""]
         for p in incomplete:
             errors = [f.read_text().strip() for f in sorted(p.parent.glob("failed-*.txt"))]
             lines.append(f"- `{p}`" + (f": {errors[-1]}" if errors else ""))
     return "\n".join(lines) + "\n"
+
+
+def _environments_compared(t: pd.DataFrame) -> str:
+    """Seconds per round of each setting that ran in more than one environment, an environment a column: a
+    setting as the table's lines are (data, partition, model, every setting, length), never pooled across them."""
+    seconds = t.assign(setting=setting_names(t)).pivot_table(
+        index=["dataset", "partition", "model", "setting", "rounds"], columns="env", values="round_s")
+    seconds = seconds[seconds.count(axis=1) > 1]
+    if seconds.empty:
+        return "No setting ran in more than one environment."
+    return seconds.round(4).reset_index().to_markdown(index=False, floatfmt="g", missingval="")
 
 
 def _ef(line) -> str:

@@ -240,6 +240,31 @@ def test_runs_that_differ_in_a_setting_the_columns_do_not_show_are_separate_line
     assert sorted(drawn) == ["topk 0.02 + dh (fresh(marginals)), fl.lr=0.05", "topk 0.02 + dh (fresh(marginals)), fl.lr=0.1"]
 
 
+def test_lines_of_two_environments_name_the_settings_they_differ_in_and_are_compared_only_setting_by_setting(tmp_path):
+    """A Ray run of 100 clients and an inline run of 10 read as one setting in two environments ("Ray loses 56
+    points"): keys were sought only among runs of one environment, and the environments' comparison pooled
+    partitions and settings."""
+    for name, env, clients, acc, partition in (("r", "ray", 100, 0.15, "shards"), ("i", "inline", 10, 0.7, "shards"),
+                                              ("j", "inline", 10, 0.8, "iid")):
+        _write_run(tmp_path, name, [dict(r, run_id=name, env=env, partition=partition, t_round=acc)
+                                    for r in _rows(name, 0, 20, acc)],
+                   {**_config(), "fl": {"lr": 0.1, "rounds": 2, "num_clients": clients}})
+    rows, _ = report.load([str(tmp_path)])
+    assert rows.groupby("run_id")["other"].first().to_dict() == {"r": "fl.num_clients=100", "i": "fl.num_clients=10",
+                                                                   "j": ""}  # alone on its partition
+    md = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd")
+    # no setting ran in both: nothing to compare, where the inline seconds (0.75, two settings pooled) stood
+    # beside the ray run's
+    assert md.split("## Environments compared (seconds per round)")[1].strip() == \
+        "No setting ran in more than one environment."
+    _write_run(tmp_path, "i2", [dict(r, run_id="i2", env="ray", t_round=0.3) for r in _rows("i2", 1, 20, 0.7)],
+               {**_config(), "seed": 1, "fl": {"lr": 0.1, "rounds": 2, "num_clients": 10}})
+    rows, _ = report.load([str(tmp_path)])
+    compared = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd").split("Environments compared")[1]
+    assert [[c.strip() for c in line.split("|")[-3:-1]] for line in compared.splitlines() if "fl.num_clients" in line] \
+        == [["0.7", "0.3"]]  # the shards setting of 10 clients, inline and ray; the others ran in one environment
+
+
 def test_masking_keys_of_unmasked_runs_and_keys_older_configs_lack_do_not_split_a_setting(tmp_path):
     plain = [dict(r, secagg="none", index_policy="per-client", field_bits=np.nan) for r in _rows("a", 0, 20, 0.7)]
     _write_run(tmp_path, "a", plain, _config(policy="sketch"))

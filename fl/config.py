@@ -350,8 +350,10 @@ _LOSSLESS_AT_ONE = ("topk", "randk")
 def canonical_settings(c: DictConfig) -> DictConfig:
     """One spelling per experiment, so equal settings share a config hash and a sweep never runs a
     cell twice: ratio 1.0 of a sparsifier is `compression=none`; switches that cannot act (codec
-    options without a codec, index policies and fixed point without masking, a partition's parameter under
-    another partition, digits' test fraction on a dataset with its own test split) are reset to defaults."""
+    options without a codec, index policies and fixed point without masking, error feedback where no client
+    keeps a residual (an unbiased codec, a linear codec under masking, the broadcast only), per-layer selection
+    of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
+    test fraction on a dataset with its own test split) are reset to defaults."""
     data, data_defaults = c.dataset, DatasetConfig()
     for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
         if data.partition != read_by:
@@ -359,6 +361,7 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     if data.name != "digits":
         data.test_fraction = data_defaults.test_fraction
     comp, defaults = c.compression, CompressionConfig()
+    masks = secagg.get(c.secagg.name).masks
     if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:
         comp.name = "none"
     if comp.name != "none" and not getattr(compression.get(comp.name), "uses_ratio", True):
@@ -368,12 +371,19 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     if comp.name == "none" or not (comp.client or comp.server):
         comp.name, comp.ratio, comp.client, comp.server, comp.error_feedback = "none", 1.0, False, False, False
         comp.options, comp.per_layer = {}, False
-    if comp.name == "none" or not comp.client or not secagg.get(c.secagg.name).masks:
+    if comp.name != "none":
+        codec = compression.get(comp.name)(comp.ratio, **comp.options)
+        linear_masked = comp.client and masks and getattr(codec, "linear", False)
+        if not comp.client or not codec.biased or linear_masked:
+            comp.error_feedback = defaults.error_feedback  # no client residual (as fl.plan.Plan.build decides)
+        if comp.client and masks and not linear_masked and not comp.server:
+            comp.per_layer = defaults.per_layer  # masked values go at the shared index set: no codec selects
+    if comp.name == "none" or not comp.client or not masks:
         for key in SHARED_INDEX_KEYS:
             setattr(comp, key, getattr(defaults, key))
-    if not comp.client or not comp.error_feedback:
+    if comp.name == "none" or not comp.client or not comp.error_feedback or not codec.biased or linear_masked:
         comp.residual_dtype = defaults.residual_dtype
-    if not secagg.get(c.secagg.name).masks:
+    if not masks:
         c.secagg = SecAggConfig(name=c.secagg.name, dropout=c.secagg.dropout)  # the one key a plain round reads
     elif c.secagg.bits is not None and c.secagg.bits == secagg.smallest_safe_bits(c.secagg.quant_bits,
                                                                                  c.fl.clients_per_round):

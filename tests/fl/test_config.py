@@ -3,7 +3,8 @@ import pytest
 from omegaconf import OmegaConf
 
 import fl
-from fl.config import ConfigError, validate
+from fl.config import ConfigError, as_dict, validate
+from fl.results import config_hash
 
 
 def test_default_config_is_the_older_frameworks_reference_setting():
@@ -206,3 +207,39 @@ def test_settings_that_cannot_act_have_one_spelling():
                                        "compression.residual_dtype=float16"]))
     assert no_feedback.compression.residual_dtype == "float32"
     assert no_feedback == validate(fl.compose(["secagg=none", "compression.error_feedback=false"]))
+
+
+@pytest.mark.parametrize("setting", [
+    ["compression=qsgd", "secagg=none"],                   # unbiased: no residual
+    ["compression=rotation", "secagg=dh"],                  # a linear codec's table is masked whole
+    ["compression=randk", "+compression.options.unbiased=true", "secagg=none"],
+    ["compression=topk", "compression.client=false", "secagg=none"],  # the broadcast only: the server keeps it
+])
+def test_error_feedback_where_no_client_keeps_a_residual_has_one_spelling(setting):
+    """qsgd with error feedback on and off ran twice under two hashes, bit for bit the same, and the report
+    showed two lines whose EF column said `off` beside `compression.error_feedback=true`."""
+    on = validate(fl.compose(setting + ["compression.error_feedback=true", "compression.residual_dtype=float16"]))
+    off = validate(fl.compose(setting + ["compression.error_feedback=false"]))
+    assert on == off and on.compression.error_feedback is True  # the default, as committed runs spell it
+    assert config_hash(as_dict(on)) == config_hash(as_dict(off))
+
+
+@pytest.mark.parametrize("setting", [["compression=topk", "secagg=none"], ["compression=topk", "secagg=dh"],
+                                     ["compression=int8", "secagg=none"]])
+def test_error_feedback_where_clients_keep_residuals_is_a_setting(setting):
+    on, off = (validate(fl.compose(setting + [f"compression.error_feedback={v}"])) for v in ("true", "false"))
+    assert config_hash(as_dict(on)) != config_hash(as_dict(off))
+
+
+def test_per_layer_selection_of_masked_uploads_acts_only_on_a_compressed_broadcast():
+    """Masked values go at the shared index set: per_layer changed nothing there but the config hash."""
+    def spelled(*extra):
+        return [config_hash(as_dict(validate(fl.compose(["secagg=dh", "compression.ratio=0.1", *extra,
+                                                         f"compression.per_layer={v}"])))) for v in ("true", "false")]
+    upload_only = spelled("compression.server=false")
+    assert upload_only[0] == upload_only[1]
+    both = spelled()  # the broadcast's top-k selects per layer
+    assert both[0] != both[1]
+    plain = [config_hash(as_dict(validate(fl.compose(["secagg=none", "compression.ratio=0.1", "compression.server=false",
+                                                      f"compression.per_layer={v}"])))) for v in ("true", "false")]
+    assert plain[0] != plain[1]

@@ -280,6 +280,17 @@ def parse_link(text: str) -> tuple[float, float, float]:
     return link
 
 
+def parse_target(text: str) -> float:
+    """An accuracy in (0, 1]: the rounds-to-target column's threshold."""
+    try:
+        target = float(text)
+    except ValueError:
+        target = float("nan")
+    if not 0 < target <= 1:
+        raise argparse.ArgumentTypeError(f"--target {text!r}: expected an accuracy in (0, 1]")
+    return target
+
+
 def link_name(link: tuple[float, float, float]) -> str:
     return f"{link[0]:g}/{link[1]:g} Mbit/s, {link[2]:g} ms"
 
@@ -655,7 +666,8 @@ def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--out", default="results")
-    ap.add_argument("--target", type=float, default=0.9, help="accuracy for the rounds-to-target column")
+    ap.add_argument("--target", type=parse_target, default=0.9, help="accuracy in (0, 1] for the rounds-to-target "
+                    "column")
     ap.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
                     help="name the data of the runs under DIR (repeatable)")
     ap.add_argument("--link", action="append", default=[], type=parse_link, metavar="UP,DOWN,RTT",

@@ -163,7 +163,8 @@ class RunLog:
         if self.path.exists():  # a killed run: keep its rows under its own run id
             self.path.rename(_untaken(self.dir, f"rounds.incomplete-{_run_id_of(self.path) or self.run_id}", ".csv"))
         if self.done_path.exists():  # a done.json whose rows are gone or do not match it: kept, never trusted
-            self.done_path.rename(_untaken(self.dir, f"done.unmatched-{self.run_id}", ".json"))
+            self.done_path.rename(_untaken(self.dir, f"done.unmatched-{_done_run_id(self.done_path) or self.run_id}",
+                                           ".json"))
         write_atomic(self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True))
         self._file = open(self.path, "x", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
@@ -251,6 +252,15 @@ def _run_id_of(path: Path) -> str | None:
         return None
     run_id = (row or {}).get("run_id") or ""
     return run_id if run_id.isalnum() else None
+
+
+def _done_run_id(path: Path) -> str | None:
+    """The run id a done.json names (None if it names none that is a plain name, or is no JSON object)."""
+    try:
+        run_id = json.loads(path.read_text(encoding="utf-8", errors="replace")).get("run_id")
+    except (ValueError, AttributeError):
+        return None
+    return run_id if isinstance(run_id, str) and run_id.isalnum() else None
 
 
 def _held(lock: Path) -> bool:

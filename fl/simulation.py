@@ -187,8 +187,15 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
                 "started_at": log.started_at, **(timeline or {})})
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
-    aborted = int(frame["aborted"].fillna(False).astype(bool).sum()) if "aborted" in frame else 0
-    if aborted == len(rows):  # the run is finished, but the model never moved: say so rather than let a 0.1 pass
-        print(f"fedsqueeze: warning: every round aborted ({aborted} of {len(rows)}), so the model is the initial "
-              "one; the dropped_* and rejected columns say which clients were lost at which step", file=sys.stderr)
+    aborted = frame["aborted"].fillna(False).astype(bool) if "aborted" in frame else pd.Series(False, frame.index)
+    # every update of the cohort lost or refused (a plain round then applies nothing, and is not aborted)
+    emptied = frame["rejected"].fillna(0) + frame["dropped"].fillna(0) >= frame["clients_per_round"]
+    if aborted.all():  # the run is finished, but the model never moved: say so rather than let a 0.1 pass
+        print(f"fedsqueeze: warning: every round aborted ({int(aborted.sum())} of {len(rows)}), so the model is the "
+              "initial one; the dropped_* and rejected columns say which clients were lost at which step",
+              file=sys.stderr)
+    elif (aborted | emptied).all():
+        print(f"fedsqueeze: warning: no round applied an update (in {int((emptied & ~aborted).sum())} of {len(rows)} "
+              "every client's update was rejected or lost, the others aborted), so the model is the initial one; "
+              "the rejected column and the log's `rejected` lines say why", file=sys.stderr)
     return log.read()

@@ -453,6 +453,14 @@ def test_a_link_that_is_not_three_positive_numbers_is_refused_naming_the_format(
     assert "expected UP,DOWN,RTT (Mbit/s, Mbit/s, ms), all > 0" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("text", ["-1", "0", "1.5", "nan", "high"])
+def test_a_target_that_is_no_accuracy_is_refused(text, capsys):
+    """--target -1 was taken, and every run 'reached' it in round 1."""
+    with pytest.raises(SystemExit):
+        report.main(["results", "--target", text])
+    assert "expected an accuracy in (0, 1]" in capsys.readouterr().err
+
+
 def test_a_run_copied_into_two_folders_counts_once_not_as_one_run_of_twice_its_rounds(tmp_path, capsys):
     """Rows were keyed by run_id alone: a run in both folders became one run of 4 rounds, a line of its own."""
     for folder in ("runs", "block_runs"):

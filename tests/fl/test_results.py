@@ -135,6 +135,7 @@ def test_a_done_json_left_beside_other_rows_is_not_a_finished_run_and_is_kept_as
     assert finished(run) and json.loads((run / "done.json").read_text())["run_id"] != old["run_id"]
     (kept,) = run.glob("done.unmatched-*.json")
     assert json.loads(kept.read_text()) == old
+    assert kept.name == f"done.unmatched-{old['run_id']}.json"  # named for the run it names, as its rows would be
     assert len(list(run.glob("rounds.incomplete-0123456789ab.csv"))) == 1
 
 

@@ -401,6 +401,18 @@ def test_a_run_whose_every_round_aborted_says_so_when_it_ends(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_run_whose_every_update_was_rejected_says_so_when_it_ends(tmp_path, capsys):
+    """Local SGD at lr 1e20 overflows: every update is non-finite and refused, so no round applies one, and
+    no round aborts either (plain rounds go on without refused updates): the run ended with no warning."""
+    rows = small(tmp_path, "secagg=none", "compression=none", "fl.lr=1e20", "fl.rounds=2")
+    assert (rows["rejected"] == rows["clients_per_round"]).all() and not rows["aborted"].any()
+    assert rows["accuracy"].nunique() == 1
+    assert "warning: no round applied an update (in 2 of 2 every client's update was rejected or lost" \
+        in capsys.readouterr().err
+    small(tmp_path / "some", "secagg=none", "compression=none", "fl.rounds=2", "secagg.dropout=0.3")
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_secaggplus_with_dropouts_applies_the_same_sums_as_full_graph_dh(tmp_path):
     """The same seeded dropouts leave the same survivors, whose exact sum both protocols recover: the models
     are identical while SecAgg+ uploads fewer protocol bytes."""

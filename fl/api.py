@@ -31,15 +31,17 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
 
 
 def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol: str | None = "TopKProtocol",
-                 server_with_compression: bool = True, client_with_compression: bool = True,
+                 server_with_compression: bool | None = None, client_with_compression: bool | None = None,
                  compress_ratio: float = 0.5, **other_config: Any) -> DictConfig:
-    """Map the seed framework's names onto the config; a protocol of None is 'none' (off). Other keys: dotted
-    paths ('dataset.alpha'), a section as a dict (`results={'dir': 'out'}`), `fl` fields by their short name
-    (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`) or a config group by option name
-    (`model='mlp_small'`)."""
+    """Map the seed framework's names onto the config; a protocol of None is 'none' (off). The switches of
+    None keep the codec's preset (conf/compression/<name>.yaml: both on, but qsgd's broadcast, which diverges).
+    Other keys: dotted paths ('dataset.alpha'), a section as a dict (`results={'dir': 'out'}`), `fl` fields by
+    their short name (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`) or a config group by
+    option name (`model='mlp_small'`)."""
     try:
-        groups = [f"secagg={secagg.canonical('none' if mask_protocol is None else mask_protocol)}",
-                  f"compression={compression.canonical('none' if compression_protocol is None else compression_protocol)}"]
+        groups = [_protocol("secagg", secagg.canonical("none" if mask_protocol is None else mask_protocol)),
+                  _protocol("compression",
+                            compression.canonical("none" if compression_protocol is None else compression_protocol))]
     except (secagg.UnknownProtocolError, compression.UnknownProtocolError) as err:
         raise ConfigError(str(err)) from None
     groups += [f"{key}={other_config.pop(key)}" for key in ("dataset", "model")
@@ -48,8 +50,11 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
         cfg = compose(groups)
     except Exception as err:  # an unknown model or dataset name: Hydra's message lists the options
         raise ConfigError(" ".join(str(err).split()).split(" Config search path")[0]) from None
-    values = {"compression.server": server_with_compression, "compression.client": client_with_compression,
-              "compression.ratio": compress_ratio}
+    values = {"compression.ratio": compress_ratio}
+    for key, switch in (("compression.server", server_with_compression),
+                        ("compression.client", client_with_compression)):
+        if switch is not None:
+            values[key] = switch
     for key, value in _dotted(other_config):
         values[f"fl.{key}" if key in _FL_KEYS else key] = value
     for key, value in values.items():
@@ -58,6 +63,13 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
         except Exception as err:
             raise ConfigError(f"cannot set {key}={value!r}: {err}") from None
     return cfg
+
+
+def _protocol(group: str, name: str) -> str:
+    """The override choosing a registered protocol: its preset (`group=name`) where conf/<group>/<name>.yaml
+    exists, else the default preset with `group.name=name` (a codec registered without a yaml, as
+    docs/adding_a_codec.md allows)."""
+    return f"{group}={name}" if (CONF_DIR / group / f"{name}.yaml").exists() else f"{group}.name={name}"
 
 
 def _dotted(values: dict, prefix: str = ""):
@@ -71,7 +83,7 @@ def _dotted(values: dict, prefix: str = ""):
 
 
 def run_server(mask_protocol: str | None = "DHProtocol", compression_protocol: str | None = "TopKProtocol",
-               server_with_compression: bool = True, client_with_compression: bool = True,
+               server_with_compression: bool | None = None, client_with_compression: bool | None = None,
                compress_ratio: float = 0.5, **other_config: Any) -> pd.DataFrame:
     """Run one simulation with the seed framework's switches; returns its per-round rows."""
     from fl.launch import run

@@ -133,6 +133,7 @@ def register_schema() -> None:
 
 
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
+LINEAR_METHODS = ("table_size", "masked_table", "from_table")  # what masking asks of a linear codec
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
 
 
@@ -251,6 +252,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             f"position by position; use {', '.join(MASKABLE)} (a shared index set) or a linear codec "
             f"({', '.join(n for n in compression.names() if getattr(compression.get(n), 'linear', False))}), or "
             "compression.client=false")
+    missing = [m for m in LINEAR_METHODS if not callable(getattr(codec, m, None))]
+    if (secagg.get(c.secagg.name).masks and c.compression.client and getattr(codec, "linear", False) and missing):
+        raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
+                          f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")
     if c.compression.residual_dtype not in ("float32", "float16"):
         raise ConfigError(f"compression.residual_dtype must be float32 or float16, got {c.compression.residual_dtype!r}")
     if c.compression.sketch_rows < 1 or not 0 < c.compression.sketch_cols_per_k < math.inf:

@@ -49,6 +49,35 @@ def test_seed_framework_aliases_resolve_to_canonical_names():
         fl.build_config(mask_protocol="RSAProtocol")
 
 
+def test_the_api_switches_keep_a_codecs_preset_unless_set():
+    """run_server(compression_protocol='qsgd') compressed the broadcast, which qsgd's preset turns off (it
+    diverges), where `simulate.py compression=qsgd` does not: the two spellings ran different experiments."""
+    api = validate(fl.build_config(mask_protocol=None, compression_protocol="qsgd"))
+    cli = validate(fl.compose(["secagg=none", "compression=qsgd", "compression.ratio=0.5"]))
+    assert api == cli and api.compression.server is False
+    forced = validate(fl.build_config(mask_protocol=None, compression_protocol="qsgd", server_with_compression=True))
+    assert forced.compression.server is True
+    off = validate(fl.build_config(client_with_compression=False))
+    assert (off.compression.client, off.compression.server) == (False, True)
+
+
+def test_a_codec_registered_without_a_yaml_runs_from_the_api(monkeypatch):
+    """docs/adding_a_codec.md: the file and its register line are all it takes. The API chose codecs as a config
+    group, which needs conf/compression/<name>.yaml, and refused the registered name."""
+    from compression import registry
+    from compression.none import NoCompression
+
+    class Copy(NoCompression):
+        name = "copycodec"
+
+    monkeypatch.setattr(registry, "_classes", dict(registry._classes))
+    monkeypatch.setattr(registry, "_canonical_of", dict(registry._canonical_of))
+    registry.register("copycodec", Copy)
+    cfg = validate(fl.build_config(mask_protocol=None, compression_protocol="copycodec", compress_ratio=0.1))
+    assert cfg == validate(fl.compose(["secagg=none", "compression.name=copycodec", "compression.ratio=0.1"]))
+    assert cfg.compression.name == "copycodec"
+
+
 @pytest.mark.parametrize("ratio", [0, -0.1, 1.5, float("nan"), float("inf")])
 def test_ratio_outside_unit_interval_is_refused_and_writes_no_rows(ratio, tmp_path):
     with pytest.raises(ConfigError, match="ratio"):
@@ -243,3 +272,20 @@ def test_per_layer_selection_of_masked_uploads_acts_only_on_a_compressed_broadca
     plain = [config_hash(as_dict(validate(fl.compose(["secagg=none", "compression.ratio=0.1", "compression.server=false",
                                                       f"compression.per_layer={v}"])))) for v in ("true", "false")]
     assert plain[0] != plain[1]
+
+
+def test_a_linear_codec_without_the_table_methods_is_refused_before_it_runs(monkeypatch):
+    """A codec that only set `linear = True` passed the config checks and crashed in the workers with a bare
+    AttributeError, leaving a failed run."""
+    from compression import registry
+    from compression.none import NoCompression
+
+    class HalfLinear(NoCompression):
+        name, linear = "halflinear", True
+
+    monkeypatch.setattr(registry, "_classes", dict(registry._classes))
+    monkeypatch.setattr(registry, "_canonical_of", dict(registry._canonical_of))
+    registry.register("halflinear", HalfLinear)
+    with pytest.raises(ConfigError, match="'halflinear' is linear .* no table_size, masked_table, from_table"):
+        validate(fl.compose(["secagg=dh", "compression.name=halflinear"]))
+    validate(fl.compose(["secagg=none", "compression.name=halflinear"]))  # plain: it is sent as any codec is

@@ -141,8 +141,9 @@ def _settings(config: Path) -> dict[str, str]:
 def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[str, str]:
     """run_id -> the config keys (`key=value, ...`) in which it differs from runs the other columns would pool
     with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting), in whichever
-    environment each ran (so that two environments' lines differ only in the environment); '' where none. A key found so is named on every run of the same data, model and length, so a setting run at one value
-    of it only (alone in its pool) still says which. A key a run's config.json lacks (written before the key
+    environment each ran (two environments' lines then differ in nothing else); '' where none. A key found so is
+    named on every run of the same data, model and length, so a setting run at one value of it only (alone in its
+    pool) still says which. A key a run's config.json lacks (written before the key
     existed) reads as the value runs had before it (fl.results.NEUTRAL); one without such a value, and any key of a
     run without a config.json, is not compared. Masking's keys are not named for unmasked runs."""
     runs = _first_rows(rows).reset_index()

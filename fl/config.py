@@ -376,17 +376,19 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     if comp.name == "none" or not (comp.client or comp.server):
         comp.name, comp.ratio, comp.client, comp.server, comp.error_feedback = "none", 1.0, False, False, False
         comp.options, comp.per_layer = {}, False
+    feedback = False  # whether clients keep residuals, as fl.plan.Plan.build decides
     if comp.name != "none":
         codec = compression.get(comp.name)(comp.ratio, **comp.options)
         linear_masked = comp.client and masks and getattr(codec, "linear", False)
+        feedback = comp.client and comp.error_feedback and codec.biased and not linear_masked
         if not comp.client or not codec.biased or linear_masked:
-            comp.error_feedback = defaults.error_feedback  # no client residual (as fl.plan.Plan.build decides)
+            comp.error_feedback = defaults.error_feedback  # no client residual: the switch cannot act
         if comp.client and masks and not linear_masked and not comp.server:
             comp.per_layer = defaults.per_layer  # masked values go at the shared index set: no codec selects
     if comp.name == "none" or not comp.client or not masks:
         for key in SHARED_INDEX_KEYS:
             setattr(comp, key, getattr(defaults, key))
-    if comp.name == "none" or not comp.client or not comp.error_feedback or not codec.biased or linear_masked:
+    if not feedback:
         comp.residual_dtype = defaults.residual_dtype
     if not masks:
         c.secagg = SecAggConfig(name=c.secagg.name, dropout=c.secagg.dropout)  # the one key a plain round reads

@@ -187,9 +187,9 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
                 "started_at": log.started_at, **(timeline or {})})
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
-    aborted = frame["aborted"].fillna(False).astype(bool) if "aborted" in frame else pd.Series(False, frame.index)
+    aborted = frame["aborted"].astype(bool)
     # every update of the cohort lost or refused (a plain round then applies nothing, and is not aborted)
-    emptied = frame["rejected"].fillna(0) + frame["dropped"].fillna(0) >= frame["clients_per_round"]
+    emptied = frame["rejected"] + frame["dropped"] >= frame["clients_per_round"]
     if aborted.all():  # the run is finished, but the model never moved: say so rather than let a 0.1 pass
         print(f"fedsqueeze: warning: every round aborted ({int(aborted.sum())} of {len(rows)}), so the model is the "
               "initial one; the dropped_* and rejected columns say which clients were lost at which step",

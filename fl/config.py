@@ -133,8 +133,15 @@ def register_schema() -> None:
 
 
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
-LINEAR_METHODS = ("table_size", "masked_table", "from_table")  # what masking asks of a linear codec
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
+
+
+def missing_linear_methods(codec) -> list[str]:
+    """What masking asks of a linear codec and `codec` lacks: its table (`table_size`, `masked_table`) and a way
+    back from the cohort's mean table, `from_table`, or for a count sketch (`hashes`) the server's error feedback's
+    `hashes` and `k_for` (compression.countsketch.SketchAccumulator)."""
+    back = ("hashes", "k_for") if hasattr(codec, "hashes") else ("from_table",)
+    return [m for m in ("table_size", "masked_table", *back) if not callable(getattr(codec, m, None))]
 
 
 def _has_layers(codec: str) -> bool:
@@ -252,8 +259,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             f"position by position; use {', '.join(MASKABLE)} (a shared index set) or a linear codec "
             f"({', '.join(n for n in compression.names() if getattr(compression.get(n), 'linear', False))}), or "
             "compression.client=false")
-    missing = [m for m in LINEAR_METHODS if not callable(getattr(codec, m, None))]
-    if (secagg.get(c.secagg.name).masks and c.compression.client and getattr(codec, "linear", False) and missing):
+    missing = missing_linear_methods(codec)
+    if secagg.get(c.secagg.name).masks and c.compression.client and getattr(codec, "linear", False) and missing:
         raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
                           f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")
     if c.compression.residual_dtype not in ("float32", "float16"):

@@ -289,3 +289,5 @@ def test_a_linear_codec_without_the_table_methods_is_refused_before_it_runs(monk
     with pytest.raises(ConfigError, match="'halflinear' is linear .* no table_size, masked_table, from_table"):
         validate(fl.compose(["secagg=dh", "compression.name=halflinear"]))
     validate(fl.compose(["secagg=none", "compression.name=halflinear"]))  # plain: it is sent as any codec is
+    for name in ("rotation", "countsketch"):  # a count sketch goes back through the server's error feedback
+        validate(fl.compose(["secagg=dh", f"compression={name}", "compression.ratio=0.1"]))

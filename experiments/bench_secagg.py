@@ -29,6 +29,7 @@ import pandas as pd
 from cryptography import __version__ as cryptography_version
 
 import secagg
+from experiments.args import positive, positive_int, share, summary
 from experiments.outputs import check_target, command_line, together
 from fl import wire
 from fl.environment import cpu_model
@@ -287,17 +288,19 @@ def markdown(df: pd.DataFrame, cmd: str, budget: float) -> str:
 
 
 def main(argv=None) -> pd.DataFrame:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--protocols", nargs="+", default=["dh", "secaggplus"])
-    ap.add_argument("--sizes", type=int, nargs="+", default=[10, 100, 1000])
-    ap.add_argument("--lengths", type=int, nargs="+", default=[10_000, 1_000_000])
-    ap.add_argument("--dropouts", type=float, nargs="+", default=[0.0, 0.1])
-    ap.add_argument("--budget", type=float, default=240.0, help="seconds a full simulation of one cell may take")
+    ap.add_argument("--sizes", type=positive_int, nargs="+", default=[10, 100, 1000])
+    ap.add_argument("--lengths", type=positive_int, nargs="+", default=[10_000, 1_000_000])
+    ap.add_argument("--dropouts", type=share, nargs="+", default=[0.0, 0.1])
+    ap.add_argument("--budget", type=positive, default=240.0, help="seconds a full simulation of one cell may take")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--repeats", type=int, default=3, help="representative-client runs per cell (median)")
+    ap.add_argument("--repeats", type=positive_int, default=3, help="representative-client runs per cell (median)")
     ap.add_argument("--out", default="results/bench_secagg")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    if min(args.sizes) < 2:
+        ap.error(f"--sizes: secure aggregation needs at least 2 clients, got {min(args.sizes)}")
     cmd = command_line("experiments.bench_secagg", argv)
     check_target(Path(args.out).with_suffix(".md"), cmd, args.force)
     print(f"machine: {machine()}", flush=True)

@@ -1,7 +1,7 @@
 """Simulation speed and memory: how much of a round is the framework, and does N = 1000 fit.
 
     python -m experiments.bench_sim            # writes results/bench_sim.{csv,md}
-    python -m experiments.bench_sim --quick    # N = 10 and 100 only
+    python -m experiments.bench_sim --quick    # no N = 1000 cells, no two-node sweep
 
 Each cell runs in its own process (clean memory figures, a fresh Ray start) on digits (three cells on
 Fashion-MNIST, lenet, 100 clients, 10 a round, 201 rounds of seed 0, for evaluation's share of a round: see
@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.args import summary
 from experiments import bench_sweep
 from experiments.outputs import check_target, command_line, together
 from experiments.process_tree import CELL as CELL_50  # a single run's start-up, exit and memory
@@ -168,7 +169,7 @@ def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
 
 
 def main(argv=None) -> pd.DataFrame:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--timeout", type=int, default=1200, help="seconds per cell before it is skipped")

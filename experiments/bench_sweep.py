@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
+from experiments.args import summary
 
 ROOT = Path(__file__).resolve().parent.parent
 # what a cell computes (timings, ids and peak memory vary between any two runs of it)
@@ -134,7 +135,7 @@ def measure(overrides: list[str], modes: list[str], tmp: Path, repeats: int = 1)
 
 
 def main(argv=None) -> pd.DataFrame:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--check", action="store_true", help="the test's 8-cell sweep, inline and on the cluster")
     ap.add_argument("--modes", default="inline,ray,cluster")
     ap.add_argument("--repeats", type=int, default=3, help="inline and Ray sweeps, alternating")

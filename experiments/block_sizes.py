@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from experiments.args import summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -36,7 +37,7 @@ def settings(partitions, ratio):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--partitions", nargs="+", default=["iid", "shards"])
     ap.add_argument("--ratio", type=float, default=0.01)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])

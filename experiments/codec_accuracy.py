@@ -13,6 +13,7 @@ import argparse
 from pathlib import Path
 
 import compression
+from experiments.args import summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -32,7 +33,7 @@ def settings(ratio):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--ratio", type=float, default=0.01)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--backend", default="inline")

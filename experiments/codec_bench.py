@@ -31,6 +31,7 @@ import argparse
 import math
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 
@@ -40,6 +41,7 @@ import pandas as pd
 import compression
 from compression.positions import ENCODING_NAMES, position_sizes
 from fl import wire
+from experiments.args import positive_int, summary
 from experiments.outputs import check_target, command_line, together
 from fl.environment import cpu_model
 
@@ -296,19 +298,23 @@ def write_report(df: pd.DataFrame, positions: pd.DataFrame, md: Path, command: s
 
 
 def main(argv=None) -> pd.DataFrame:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--quick", action="store_true", help="3 repetitions, no 1e7 workload")
-    ap.add_argument("--reps", type=int, default=25, help="repetitions for the 100-message workload")
-    ap.add_argument("--large-reps", type=int, default=5, help="repetitions for the 1e7 workload")
+    ap.add_argument("--reps", type=positive_int, default=None,
+                    help="repetitions for the 100-message workload (25; 3 with --quick)")
+    ap.add_argument("--large-reps", type=positive_int, default=5, help="repetitions for the 1e7 workload")
     ap.add_argument("--out", default="results/codec_bench")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    if args.quick and "--large-reps" in (argv if argv is not None else sys.argv[1:]):
+        ap.error("--large-reps: --quick runs no 1e7 workload")
+    args.reps = args.reps or (3 if args.quick else 25)
     command = command_line("experiments.codec_bench", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     rows, position_table = [], []
     for workload, arrays in workloads(args.quick):
-        reps = 3 if args.quick else (args.large_reps if workload == LARGE else args.reps)
+        reps = args.large_reps if workload == LARGE else args.reps
         for label, options, uses_ratio, make_encoder, make_decoder in variants(workload):
             for ratio in (RATIOS if uses_ratio else ("",)):
                 encoder = make_encoder(ratio if ratio != "" else 0.5)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.args import summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -60,7 +61,7 @@ def paired_gaps(runs: pd.DataFrame, against: float | None = None) -> list[str]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--ratios", type=float, nargs="+", default=[0.1, 0.01])
     ap.add_argument("--widths", type=int, nargs="+", default=[8, 12, 16, 24])
     ap.add_argument("--summary-bits", type=int, nargs="*", default=[],

@@ -24,6 +24,7 @@ from omegaconf import OmegaConf
 from fl.data import INPUT_SHAPES, Dataset, load_dataset, partition
 from fl.models import MODELS, build_model, check_device, get_flat, num_params, set_flat
 from fl.training import as_tensor, train_local
+from experiments.args import summary
 
 MODEL_CONF = Path(__file__).resolve().parent.parent / "conf" / "model"
 
@@ -68,7 +69,7 @@ def real_data(name: str, root: str) -> Dataset:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=summary(__doc__))
     parser.add_argument("--dataset", default="digits", choices=list(INPUT_SHAPES))
     parser.add_argument("--root", default="data", help="dataset.root for mnist/fashion_mnist/cifar10")
     parser.add_argument("--synthetic", type=int, default=0, metavar="N",
@@ -79,6 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--device", default="cuda", help="the accelerator to compare with cpu")
     args = parser.parse_args(argv)
+    if not args.device.startswith("cuda"):
+        sys.exit(f"gpu_round: nothing to compare: --device {args.device!r} is no CUDA device (cpu is the baseline)")
     try:
         check_device(args.device)
     except ValueError as err:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from experiments.args import summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -52,7 +53,7 @@ def settings(ratios, base=(), partitions=(None,)):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--preset", choices=sorted(PRESETS), default="digits")
     ap.add_argument("--ratios", type=float, nargs="+")
     ap.add_argument("--seeds", type=int, nargs="+")

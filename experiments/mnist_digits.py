@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.args import summary
+
 
 MNIST_FILES = {"train": ("train-images-idx3-ubyte", "train-labels-idx1-ubyte"),
                "test": ("t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")}
@@ -58,7 +60,7 @@ def digits_as_mnist_arrays(seed: int = 0):
 
 
 def main(argv=None) -> Path:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("root", help="dataset.root to write <root>/MNIST/raw/ into")
     root = Path(ap.parse_args(argv).root)
     raw = write_mnist(root, "MNIST", *digits_as_mnist_arrays())

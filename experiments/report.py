@@ -28,6 +28,7 @@ import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
 from fl.results import finished, read_rows  # noqa: E402
+from experiments.args import summary  # noqa: E402
 from experiments.outputs import check_target, command_line, together  # noqa: E402
 from experiments import hosts  # noqa: E402
 from experiments.grid import accuracy_cell  # noqa: E402
@@ -279,6 +280,14 @@ def parse_link(text: str) -> tuple[float, float, float]:
     if len(link) != 3 or not all(np.isfinite(x) and x > 0 for x in link):
         raise argparse.ArgumentTypeError(f"--link {text!r}: expected UP,DOWN,RTT (Mbit/s, Mbit/s, ms), all > 0")
     return link
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """'DIR=NAME' -> (DIR, NAME), both non-empty."""
+    folder, _, name = text.partition("=")
+    if not folder or not name:
+        raise argparse.ArgumentTypeError(f"--label {text!r}: expected DIR=NAME")
+    return folder, name
 
 
 def parse_target(text: str) -> float:
@@ -664,19 +673,19 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
 
 
 def main(argv=None) -> pd.DataFrame:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--out", default="results")
     ap.add_argument("--target", type=parse_target, default=0.9, help="accuracy in (0, 1] for the rounds-to-target "
                     "column")
-    ap.add_argument("--label", action="append", default=[], metavar="DIR=NAME",
+    ap.add_argument("--label", action="append", default=[], metavar="DIR=NAME", type=parse_label,
                     help="name the data of the runs under DIR (repeatable)")
     ap.add_argument("--link", action="append", default=[], type=parse_link, metavar="UP,DOWN,RTT",
                     help="add a client's wire seconds per round over a link of UP and DOWN Mbit/s and an RTT in ms "
                          "(repeatable)")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
-    labels = dict(item.split("=", 1) for item in args.label)
+    labels = dict(args.label)
     reported = {_folder(d) for d in args.dirs}
     unknown = sorted(k for k in labels if _folder(k) not in reported)
     if unknown:

@@ -1,6 +1,6 @@
 """Rerun committed result cells on the current code and compare them with their committed rows.
 
-    python -m experiments.reproduce results/topk_digits/a845f9284c81 [more run dirs] [--rounds 3]
+    python -m experiments.reproduce results/topk_digits/050dfe155f91 [more run dirs] [--rounds 3]
         [--backend inline|ray] [--workers N]
 
 A run directory holds the cell's config.json and rounds.csv. `--rounds R` reruns only the first R rounds
@@ -94,6 +94,9 @@ def main() -> int:
     ap.add_argument("--backend", default="inline", choices=("inline", "ray"))
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
+    for run_dir in args.runs:
+        if not (run_dir / "rounds.csv").is_file() or not (run_dir / "config.json").is_file():
+            ap.error(f"{run_dir} is not a run's folder (no rounds.csv and config.json): name <results.dir>/<hash>")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for run_dir in args.runs:

@@ -16,6 +16,7 @@ import argparse
 import numpy as np
 
 import compression
+from experiments.args import positive_int
 from compression.countsketch import CountSketchCompression
 
 CHECKPOINTS = (10, 50, 100, 200, 400, 800, 1600)
@@ -33,8 +34,8 @@ def growth(codec, n: int, rounds: int, seed: int) -> dict[int, float]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--n", type=int, default=20_000)
-    ap.add_argument("--rounds", type=int, default=800)
+    ap.add_argument("--n", type=positive_int, default=20_000)
+    ap.add_argument("--rounds", type=positive_int, default=800)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     codecs = {"countsketch 0.1 (5 rows, k = cols/16)": CountSketchCompression(0.1),

@@ -1,0 +1,39 @@
+"""The experiment scripts refuse a value that cannot make a measurement when the command is read, naming the
+option, instead of a traceback inside a cell or a table whose Regenerate line says something else."""
+import pytest
+
+from experiments import args, bench_secagg, codec_bench, field_bits, report
+
+
+@pytest.mark.parametrize("main,argv,message", [
+    (codec_bench.main, ["--reps", "0"], "argument --reps: '0': expected an integer >= 1"),
+    (codec_bench.main, ["--quick", "--large-reps", "2"], "--large-reps: --quick runs no 1e7 workload"),
+    (bench_secagg.main, ["--dropouts", "1.5"], "argument --dropouts: '1.5': expected a number in [0, 1)"),
+    (bench_secagg.main, ["--repeats", "0"], "argument --repeats: '0': expected an integer >= 1"),
+    (bench_secagg.main, ["--sizes", "1"], "--sizes: secure aggregation needs at least 2 clients, got 1"),
+    (bench_secagg.main, ["--budget", "-1"], "argument --budget: '-1': expected a finite number > 0"),
+    (report.main, ["results", "--label", "foo"], "--label 'foo': expected DIR=NAME"),
+])
+def test_a_value_that_cannot_make_a_measurement_is_refused_naming_its_option(main, argv, message, capsys, tmp_path):
+    with pytest.raises(SystemExit) as ended:
+        main(argv + ([] if main is report.main else ["--out", str(tmp_path / "t")]))
+    assert ended.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("parse,good,bad", [(args.positive_int, ("1", "25"), ("0", "-3", "2.5", "x")),
+                                            (args.share, ("0", "0.1"), ("1", "1.5", "-0.1", "nan")),
+                                            (args.positive, ("0.5", "240"), ("0", "-1", "inf", "nan"))])
+def test_the_shared_types_take_what_they_say_and_refuse_the_rest(parse, good, bad):
+    for text in good:
+        assert parse(text) == float(text)
+    for text in bad:
+        with pytest.raises(Exception, match="expected"):
+            parse(text)
+
+
+def test_a_scripts_help_says_its_first_paragraph_whole():
+    """index_policies' and field_bits' --help stopped mid-sentence: the first line of a wrapped paragraph."""
+    described = args.summary(field_bits.__doc__)
+    assert described.startswith(field_bits.__doc__.split()[0]) and described.endswith(".")
+    assert "\n" not in described and len(described) > len(field_bits.__doc__.splitlines()[0])

@@ -268,9 +268,10 @@ def markdown(df: pd.DataFrame, cmd: str, budget: float) -> str:
         out += ["", "Skipped server cells:", ""]
         out += [f"- {r.protocol}, n={r.n}, length={_exp(r.length)}, dropout={r.dropout:g}: {r.note}"
                 for r in skipped.itertuples()]
-    out += ["", "'protocol B up' is the client's upload other than the masked vector (AdvertiseKeys, ShareKeys,",
-            "UnmaskResponse); the full graph's target was about 64 + 150 (n - 1). Measured (dh, no dropout):", ""]
     clients = df[(df["protocol"] == "dh") & (df["side"] == "client") & (df["dropout"] == 0)]
+    out += ["", "'protocol B up' is the client's upload other than the masked vector (AdvertiseKeys, ShareKeys,",
+            "UnmaskResponse); the full graph's target was about 64 + 150 (n - 1)."
+            + (" Measured (dh, no dropout):" if len(clients) else ""), ""]
     for n in sorted(clients["n"].unique()):
         c = clients[clients["n"] == n]
         up = int(c[c["step"] == "total"]["bytes_up"].iloc[0] - c[c["step"] == "masked_input"]["bytes_up"].iloc[0])

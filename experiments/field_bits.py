@@ -52,8 +52,12 @@ def paired_gaps(runs: pd.DataFrame, against: float | None = None) -> list[str]:
         base = per_client[per_client.ratio == reference].set_index("seed").accuracy
         for label, masked in at_ratio[at_ratio.secagg != "none"].groupby("setting", sort=False):
             d = (masked.set_index("seed").accuracy - base).dropna()
-            error = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else float("nan")
             which = "" if reference == ratio else f" at ratio {reference:g}"
+            if len(d) < 2:  # no spread to state
+                lines.append(f"- ratio {ratio:g}, {label}: {100 * d.mean():+.2f} points against per-client "
+                             f"top-k{which} ({len(d)} seed)")
+                continue
+            error = d.std(ddof=1) / np.sqrt(len(d))
             lines.append(f"- ratio {ratio:g}, {label}: {100 * d.mean():+.2f} ± {100 * error:.2f} points against "
                          f"per-client top-k{which} ({len(d)} seeds, mean ± standard error of the per-seed "
                          f"differences)")

@@ -36,6 +36,9 @@ def test_a_masked_seed_without_its_per_client_run_is_left_out():
     runs = runs[~((runs.secagg == "none") & (runs.compression == "topk") & (runs.seed == 2))]
     (line,) = field_bits.paired_gaps(runs)
     assert "(2 seeds" in line and line.split(": ")[1].startswith("-2.10 ± 0.10")
+    runs = runs[runs.seed != 1]  # one seed left: no spread to state, never "± nan"
+    (line,) = field_bits.paired_gaps(runs)
+    assert line == "- ratio 0.01, masked, quant_bits 16 (field 20 bits): -2.00 points against per-client top-k (1 seed)"
 
 
 def test_summary_bits_add_a_masked_setting_per_width_except_its_own():

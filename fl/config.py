@@ -252,15 +252,16 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options, **extra)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"compression {c.compression.name!r}: {err}") from None
-    if (secagg.get(c.secagg.name).masks and c.compression.client and c.compression.name != "none"
-            and c.compression.name not in MASKABLE and not getattr(codec, "linear", False)):
+    uploads = c.compression.client and c.compression.name != "none"  # clients' updates compressed
+    linear = uploads and getattr(codec, "linear", False)
+    if (secagg.get(c.secagg.name).masks and uploads and c.compression.name not in MASKABLE and not linear):
         raise ConfigError(
             f"compression {c.compression.name!r} cannot be combined with masking: pairwise masks cancel only "
             f"position by position; use {', '.join(MASKABLE)} (a shared index set) or a linear codec "
             f"({', '.join(n for n in compression.names() if getattr(compression.get(n), 'linear', False))}), or "
             "compression.client=false")
     missing = missing_linear_methods(codec)
-    if secagg.get(c.secagg.name).masks and c.compression.client and getattr(codec, "linear", False) and missing:
+    if secagg.get(c.secagg.name).masks and linear and missing:
         raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
                           f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")
     if c.compression.residual_dtype not in ("float32", "float16"):
@@ -282,6 +283,15 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if secagg.get(c.secagg.name).masks:
         if f.clients_per_round < 2:
             raise ConfigError("secure aggregation needs fl.clients_per_round >= 2 (one client's sum is its input)")
+        # widths of their own (fl.plan.Plan.field_for): the `fresh` summary's cells, a linear codec's table
+        fresh = uploads and not linear and c.compression.index_policy == "fresh"
+        own = {"compression.sketch_quant_bits": sq if fresh else None,
+               f"compression {c.compression.name!r}'s bits": getattr(codec, "bits", None) if linear else None}
+        for key, bits in own.items():
+            safe = secagg.smallest_safe_bits(bits, f.clients_per_round) if bits is not None else 0
+            if safe > secagg.MAX_FIELD_BITS:
+                raise ConfigError(f"{f.clients_per_round} clients of {bits}-bit values ({key}) need a {safe}-bit "
+                                  f"field, over {secagg.MAX_FIELD_BITS}; lower {key}")
         for key in ("clip", "sketch_clip", "max_weight"):
             if not 0 < getattr(c.secagg, key) < math.inf:
                 raise ConfigError(f"secagg.{key} must be > 0 and finite, got {getattr(c.secagg, key)}")

@@ -18,8 +18,8 @@ is exactly sum_{u in U3} q_u. Below t the round aborts (RoundAborted) before any
 Bytes per client and round (full graph, n clients, vector length L, ids < 2^14, measured from fl.wire):
 up about 112 (AdvertiseKeys) + 114 (n - 1) (ShareKeys: 112-byte ciphertext + id each) + ceil(b L / 8) + 50
 (MaskedInput, in a field of b bits) + 46 n + 40 (UnmaskResponse: a 44-byte share + id per owner); down about
-74 n (KeyRoster) + 114 (n - 1) (ShareBundle) + 2 n (UnmaskRequest). With a k-regular graph, replace n - 1 by k in the
-ShareKeys, ShareBundle and UnmaskResponse terms.
+74 n (KeyRoster) + 114 (n - 1) (ShareBundle) + 2 n (UnmaskRequest). With a k-regular graph, the ShareKeys and
+ShareBundle terms count k peers instead of n - 1, and the UnmaskResponse term k + 1 owners instead of n.
 
 The two halves are `dh_client.Client` and `dh_server.Server` (shared with SecAgg+); this module names the
 protocol and registers it.

@@ -21,7 +21,8 @@ MAX_FIELD_BITS = 32
 
 def smallest_safe_bits(quant_bits: int, max_clients: int) -> int:
     """The narrowest field Z_{2^b} in which the sum of max_clients values of quant_bits signed bits cannot wrap:
-    the least b with max_clients * (2^(quant_bits-1) - 1) <= 2^(b-1) - 1 (quant_bits + ceil(log2 max_clients))."""
+    the least b with max_clients * (2^(quant_bits-1) - 1) <= 2^(b-1) - 1 (at most quant_bits + ceil(log2
+    max_clients))."""
     total = int(max_clients) * (2 ** (int(quant_bits) - 1) - 1)
     return max(int(quant_bits), total.bit_length() + 1)
 

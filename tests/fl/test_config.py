@@ -212,9 +212,10 @@ def test_masking_refuses_a_cohort_of_one_whose_sum_is_its_input():
     ("secagg.max_weight", 32768, 32767),        # 2**WEIGHT_BITS - 1 is the largest weight the 15-bit slot holds
 ])
 def test_a_bound_one_past_its_largest_value_is_refused(key, bad, good):
+    two = ["fl.num_clients=2", "fl.clients_per_round=2"]  # the sum of two 31-bit values fits 32 bits
     with pytest.raises(ConfigError, match=key):
-        validate(fl.compose(["secagg=dh", f"{key}={bad}"]))
-    validate(fl.compose(["secagg=dh", f"{key}={good}"]))
+        validate(fl.compose(["secagg=dh", *two, f"{key}={bad}"]))
+    validate(fl.compose(["secagg=dh", *two, f"{key}={good}"]))
 
 
 @pytest.mark.parametrize("secagg", ["none", "dh"])
@@ -291,3 +292,14 @@ def test_a_linear_codec_without_the_table_methods_is_refused_before_it_runs(monk
     validate(fl.compose(["secagg=none", "compression.name=halflinear"]))  # plain: it is sent as any codec is
     for name in ("rotation", "countsketch"):  # a count sketch goes back through the server's error feedback
         validate(fl.compose(["secagg=dh", f"compression={name}", "compression.ratio=0.1"]))
+
+
+def test_a_summary_width_whose_field_would_pass_32_bits_is_refused_before_any_work(tmp_path):
+    """compression.sketch_quant_bits=31 passed the config checks (it is in [2, 31]); the `fresh` summary's field for
+    10 clients is 35 bits, and round 0 raised a bare ValueError, leaving a failed run behind."""
+    with pytest.raises(ConfigError, match="10 clients of 31-bit values .compression.sketch_quant_bits. need a 35-bit "
+                                          "field, over 32; lower compression.sketch_quant_bits"):
+        fl.run(fl.compose(["compression.sketch_quant_bits=31", "backend=inline", f"results.dir={tmp_path}"]))
+    assert list(tmp_path.iterdir()) == []
+    validate(fl.compose(["compression.sketch_quant_bits=28"]))  # 32 bits: the widest field
+    validate(fl.compose(["compression.sketch_quant_bits=31", "compression.index_policy=randk"]))  # no summary

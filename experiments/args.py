@@ -6,37 +6,29 @@ import argparse
 import math
 
 
+def _number(text: str, convert, ok, expected: str):
+    try:
+        value = convert(text)
+    except ValueError:
+        value = None
+    if value is None or not ok(value):  # NaN fails every comparison
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """An integer >= 1 (a count: repetitions, clients, entries, rounds)."""
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected an integer >= 1")
-    return value
+    return _number(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
 def share(text: str) -> float:
     """A number in [0, 1) (a dropout rate: a client vanishing at every step would only ever abort)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number in [0, 1)")
-    return value
+    return _number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 
 
 def positive(text: str) -> float:
     """A finite number > 0 (seconds, a budget)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not 0 < value < math.inf:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a finite number > 0")
-    return value
+    return _number(text, float, lambda v: 0 < v < math.inf, "a finite number > 0")
 
 
 def summary(doc: str) -> str:

@@ -254,14 +254,13 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"compression {c.compression.name!r}: {err}") from None
     uploads = c.compression.client and c.compression.name != "none"  # clients' updates compressed
     linear = uploads and getattr(codec, "linear", False)
-    if (secagg.get(c.secagg.name).masks and uploads and c.compression.name not in MASKABLE and not linear):
+    if secagg.get(c.secagg.name).masks and uploads and c.compression.name not in MASKABLE and not linear:
         raise ConfigError(
             f"compression {c.compression.name!r} cannot be combined with masking: pairwise masks cancel only "
             f"position by position; use {', '.join(MASKABLE)} (a shared index set) or a linear codec "
             f"({', '.join(n for n in compression.names() if getattr(compression.get(n), 'linear', False))}), or "
             "compression.client=false")
-    missing = missing_linear_methods(codec)
-    if secagg.get(c.secagg.name).masks and linear and missing:
+    if secagg.get(c.secagg.name).masks and linear and (missing := missing_linear_methods(codec)):
         raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
                           f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")
     if c.compression.residual_dtype not in ("float32", "float16"):

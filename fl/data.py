@@ -155,12 +155,13 @@ class Located:
 def locate(name: str, root: str, system_dirs=()) -> Located:
     """Find `name`'s files without writing anything: `<root>/<torchvision's folder>` first, then each
     system folder (flat, as Debian's `dataset-fashion-mnist` installs them). Raises
-    DatasetNotFoundError naming every place looked at and both ways to get the data."""
+    DatasetNotFoundError naming every place looked at and both ways to get the data, or naming the missing
+    files where root holds only some (a system copy would otherwise be read in their place)."""
     src = SOURCES[name]
     places = [(os.path.join(os.path.abspath(root), src.folder), True)]
     places += [(os.path.abspath(os.path.expanduser(str(d))), False) for d in system_dirs or ()]
     for folder, in_layout in places:
-        gz = []
+        gz, absent = [], []
         for f in src.files:
             path = os.path.join(folder, f)
             if os.path.isfile(path):
@@ -168,9 +169,13 @@ def locate(name: str, root: str, system_dirs=()) -> Located:
             if src.gzipped and os.path.isfile(path + ".gz"):
                 gz.append(f)
                 continue
-            break
-        else:
+            absent.append(path + ("(.gz)" if src.gzipped else ""))
+        if not absent:
             return Located(folder, tuple(gz), in_layout and not gz)
+        if in_layout and len(absent) < len(src.files):  # files put under root: never passed over for another copy
+            raise DatasetNotFoundError(
+                f"dataset={name}: {folder} holds only some of its files; missing: {', '.join(absent)}. Complete "
+                f"them from {src.get}, or remove them to read the system copy (or download).")
     missing = [path + ("(.gz)" if src.gzipped else "") for path in expected_files(name, root)
                if not os.path.isfile(path) and not (src.gzipped and os.path.isfile(path + ".gz"))]
     also = f"; also looked in {', '.join(folder for folder, _ in places[1:])} (flat)" if places[1:] else ""
@@ -190,7 +195,7 @@ def readable_root(name: str, found: Located, cache: str | None) -> str:
     """A root torchvision can read `name` from. Files already in its layout are read where they are;
     otherwise they are unpacked (or copied) once into the cache, never beside the originals: a folder
     the run does not own is never written. A cached copy is made again whenever its source's size or
-    modification time differs from the copy's stamp (`<file>.source`)."""
+    modification time, or its own size, differs from the copy's stamp (`<file>.source`)."""
     src = SOURCES[name]
     if found.in_layout:
         return found.folder[:-len(src.folder)]
@@ -206,10 +211,11 @@ def readable_root(name: str, found: Located, cache: str | None) -> str:
         source = os.path.join(found.folder, f + (".gz" if f in found.gz else ""))
         dst = os.path.join(target, f)
         stamp = _stamp(source)
-        if os.path.isfile(dst) and _read(dst + ".source") == stamp:
-            continue
+        if os.path.isfile(dst) and _read(dst + ".source") == f"{stamp} -> {os.path.getsize(dst)}":
+            continue  # the copy of this source, whole (a cut copy differs in its size)
         _unpack(source, dst, f in found.gz)
-        write_atomic(Path(dst + ".source"), stamp)  # after the copy: a copy without its stamp is made again
+        # after the copy: a copy without its stamp is made again
+        write_atomic(Path(dst + ".source"), f"{stamp} -> {os.path.getsize(dst)}")
     return root
 
 
@@ -275,10 +281,13 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool, system
             ds = cls(readable, train=train, download=False)
         except Exception as err:  # noqa: BLE001 -- corrupt: checksum, format asserts, unpickling, truncation
             first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+            where = found.folder if found.in_layout else (
+                f"{found.folder} (read from their copy in {os.path.join(readable, src.folder)}: delete the copy "
+                "to have it made again; if the error stays, the originals are at fault)")
             raise DatasetNotFoundError(
-                f"dataset={name}: the files under {found.folder} could not be read ({type(err).__name__}: "
-                f"{first}). Replace them with {src.get}, or delete them and run with dataset.download=true on a "
-                f"machine with a network.") from None
+                f"dataset={name}: the files under {where} could not be read ({type(err).__name__}: {first}). "
+                f"Replace them with {src.get}, or delete them and run with dataset.download=true on a machine with "
+                "a network.") from None
     images = np.asarray(ds.data)
     images = images[:, None] if images.ndim == 3 else images.transpose(0, 3, 1, 2)  # MNIST (n,H,W); CIFAR NHWC
     labels = np.asarray(ds.targets, dtype=np.int64)
@@ -381,7 +390,8 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
     if scheme == "shards":
         num_shards = num_clients * shards_per_client
         if shards_per_client < 1 or num_shards > n:
-            raise ConfigError(f"cannot cut {n} samples into {num_clients} x {shards_per_client} shards")
+            raise ConfigError(f"cannot cut {n} training samples into fl.num_clients x dataset.shards_per_client = "
+                              f"{num_clients} x {shards_per_client} shards; lower either, or raise dataset.max_train")
         by_label = rng.permutation(n)  # random order within a class, then a stable sort by label
         by_label = by_label[np.argsort(labels[by_label], kind="stable")]
         shards = np.array_split(by_label, num_shards)
@@ -403,7 +413,8 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
         if min(len(p) for p in out) >= min_size:
             return out
     raise ConfigError(f"Dirichlet(alpha={alpha}) left a client with fewer than {min_size} samples in each of 1000 "
-                      f"draws ({n} samples for {num_clients} clients); raise dataset.alpha or lower fl.num_clients")
+                      f"draws ({n} samples for {num_clients} clients); raise dataset.alpha or dataset.max_train, or "
+                      "lower fl.num_clients")
 
 
 def _label_quantity(labels: np.ndarray, num_clients: int, per_client: int, min_size: int,
@@ -411,7 +422,8 @@ def _label_quantity(labels: np.ndarray, num_clients: int, per_client: int, min_s
     classes = np.unique(labels)
     k = len(classes)
     if not 1 <= per_client <= k:
-        raise ConfigError(f"labels_per_client must be in 1..{k} (the classes there are), got {per_client}")
+        raise ConfigError(f"dataset.labels_per_client must be in 1..{k} (the classes the {len(labels)} training "
+                          f"samples hold), got {per_client}")
     if num_clients < k:
         raise ConfigError(f"the labels partition needs at least one client per class ({k}); got {num_clients} "
                          "clients, which would leave classes unheld")

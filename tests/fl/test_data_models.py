@@ -122,7 +122,8 @@ def test_dirichlet_with_small_alpha_skews_labels_more_than_iid():
 
 def test_a_dirichlet_split_that_leaves_a_client_empty_names_both_ways_out():
     labels = load_digits(0).y_train
-    with pytest.raises(ValueError, match=r"1437 samples for 300 clients\); raise dataset.alpha or lower fl.num_clients"):
+    with pytest.raises(ValueError, match=r"1437 samples for 300 clients\); raise dataset.alpha or dataset.max_train, "
+                                         "or lower fl.num_clients"):
         partition(labels, 300, "dirichlet", 0.3, 62)
 
 

@@ -96,6 +96,36 @@ def test_a_corrupt_gz_is_one_clear_error_and_leaves_no_partial_file(tmp_path):
     assert not [p for p in cache.rglob("*") if "partial" in p.name]
 
 
+def test_a_cut_cached_copy_is_made_again_and_an_unreadable_copy_is_named(tmp_path):
+    """A copy truncated after its stamp was written (a full disk, a killed copy by hand) was read forever, and the
+    error told the user to replace the originals, naming only them."""
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    flat = _gz_copy(tmp_path, x, y)
+    cache = tmp_path / "cache"
+    cfg = dataset_cfg("fashion_mnist", tmp_path / "none", system_dirs=[str(flat)], cache=str(cache))
+    first = load_dataset(cfg, 0)
+    (copy,) = cache.rglob("train-images-idx3-ubyte")
+    copy.write_bytes(copy.read_bytes()[:1000])
+    np.testing.assert_array_equal(load_dataset(cfg, 0).x_train, first.x_train)  # made again, whole
+    data = bytearray(copy.read_bytes())
+    data[2] = 9  # the same size, another type code: torchvision refuses it; the copy is named
+    copy.write_bytes(bytes(data))
+    with pytest.raises(DatasetNotFoundError, match=f"read from their copy in {copy.parent}: delete the copy"):
+        load_dataset(cfg, 0)
+
+
+def test_a_root_holding_only_some_files_is_refused_not_passed_over_for_a_system_copy(tmp_path):
+    """Three of the four files under dataset.root: the run read the system copy, silently, under a hash keyed
+    to the root."""
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    flat = _gz_copy(tmp_path, x, y)
+    raw = write_mnist(tmp_path / "root", "FashionMNIST", x[:60], y[:60], x[60:], y[60:])
+    (raw / "t10k-labels-idx1-ubyte").unlink()
+    cfg = dataset_cfg("fashion_mnist", tmp_path / "root", system_dirs=[str(flat)], cache=str(tmp_path / "cache"))
+    with pytest.raises(DatasetNotFoundError, match=r"holds only some of .*t10k-labels-idx1-ubyte"):
+        load_dataset(cfg, 0)
+
+
 def test_a_replaced_source_is_unpacked_again_even_when_it_keeps_an_older_time(tmp_path):
     """dpkg, tar and cp -p keep a file's time: a cached copy newer than its replacement is still stale."""
     x, y = synthetic_images(80, (28, 28), seed=5)

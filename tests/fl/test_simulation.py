@@ -296,7 +296,8 @@ def test_data_that_is_not_found_is_refused_and_leaves_no_folder(tmp_path):
 
 @pytest.mark.parametrize("split,match", [
     (["fl.num_clients=2000"], "fl.num_clients=2000: 2000 clients cannot each get 1 of 1437 training samples"),
-    (["fl.num_clients=800", "dataset.partition=shards"], "cannot cut 1437 samples into 800 x 2 shards"),
+    (["fl.num_clients=800", "dataset.partition=shards"],
+     "cannot cut 1437 training samples into fl.num_clients x dataset.shards_per_client = 800 x 2 shards"),
 ])
 def test_a_split_the_data_cannot_give_is_refused_before_any_work_and_leaves_no_folder(tmp_path, split, match):
     """The training set is known only once loaded: the driver splits it before any worker does, so a split it cannot

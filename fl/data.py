@@ -13,6 +13,7 @@ import importlib.util
 import math
 import os
 import shutil
+import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -277,6 +278,10 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool, system
                 f"({type(err).__name__}: {first}). Without a network, copy {src.get} into {folder}.") from None
     else:
         readable = readable_root(name, found, cache)
+        if src.files == _MNIST_FILES:  # torchvision's reader fails on a bad header with errors naming no file
+            for f in src.files:
+                original = None if found.in_layout else os.path.join(found.folder, f + (".gz" if f in found.gz else ""))
+                _check_idx(name, os.path.join(readable, src.folder, f), original)
         try:
             ds = cls(readable, train=train, download=False)
         except Exception as err:  # noqa: BLE001 -- corrupt: checksum, format asserts, unpickling, truncation
@@ -293,6 +298,28 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool, system
     labels = np.asarray(ds.targets, dtype=np.int64)
     _check_split(name, images, labels, found.folder if found else folder, train)
     return np.ascontiguousarray(images), labels
+
+
+def _check_idx(name: str, path: str, original: str | None = None) -> None:
+    """Refuse an IDX file whose header is not uint8 labels (1 dimension) or images (3), or whose size is not its
+    header's, naming the file (and for a copy in the cache, its `original`)."""
+    dims = 1 if "labels" in os.path.basename(path) else 3
+    with open(path, "rb") as fh:
+        head = fh.read(4 + 4 * dims)
+    problem = None
+    if len(head) < 4 + 4 * dims:
+        problem = f"{len(head)} bytes, shorter than its header"
+    elif head[:3] != b"\x00\x00\x08" or head[3] != dims:
+        problem = (f"magic number {head[:4].hex()}, expected 0000080{dims} (uint8 "
+                   f"{'labels' if dims == 1 else 'images'}, {dims} dimension{'s' if dims > 1 else ''})")
+    else:
+        sizes = struct.unpack(f">{dims}I", head[4:])
+        want, size = 4 + 4 * dims + math.prod(sizes), os.path.getsize(path)
+        if size != want:
+            problem = f"{size} bytes where its header ({' x '.join(map(str, sizes))}) says {want}"
+    if problem:
+        copy = f" (the copy of {original}: delete it to have it made again)" if original else ""
+        raise DatasetNotFoundError(f"dataset={name}: {path}{copy} is no IDX file its reader can take: {problem}")
 
 
 def _check_split(name: str, images: np.ndarray, labels: np.ndarray, folder: str, train: bool) -> None:

@@ -108,7 +108,42 @@ def test_a_cut_cached_copy_is_made_again_and_an_unreadable_copy_is_named(tmp_pat
     copy.write_bytes(copy.read_bytes()[:1000])
     np.testing.assert_array_equal(load_dataset(cfg, 0).x_train, first.x_train)  # made again, whole
     data = bytearray(copy.read_bytes())
-    data[2] = 9  # the same size, another type code: torchvision refuses it; the copy is named
+    data[2] = 9  # the same size, another type code: refused, naming the copy and its original
+    copy.write_bytes(bytes(data))
+    with pytest.raises(DatasetNotFoundError, match=f"{copy} .the copy of {flat / 'train-images-idx3-ubyte.gz'}: "
+                                                   "delete it to have it made again. is no IDX file"):
+        load_dataset(cfg, 0)
+
+
+@pytest.mark.parametrize("damage,problem", [
+    (lambda b: b[:-1], "47055 bytes where its header .60 x 28 x 28. says 47056"),  # cut short
+    (lambda b: b[:2] + b"\x09" + b[3:], "magic number 00000903, expected 00000803"),  # another type code
+    (lambda b: b[:3] + b"\x01" + b[4:], "magic number 00000801, expected 00000803"),  # a label file's header
+    (lambda b: b[:6], "6 bytes, shorter than its header"),
+])
+def test_an_idx_file_its_reader_cannot_take_is_named_with_its_problem(tmp_path, damage, problem):
+    """torchvision's reader failed with 'AssertionError' or 'shape [...] is invalid', naming no file."""
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    raw = write_mnist(tmp_path / "root", "MNIST", x[:60], y[:60], x[60:], y[60:])
+    images = raw / "train-images-idx3-ubyte"
+    images.write_bytes(damage(images.read_bytes()))
+    with pytest.raises(DatasetNotFoundError, match=f"{images} is no IDX file its reader can take: {problem}"):
+        load_dataset(dataset_cfg("mnist", tmp_path / "root"), 0)
+
+
+def test_an_unreadable_copy_in_the_cache_is_named_with_the_way_out(tiny, tmp_path):
+    """CIFAR-10 files flat in a system folder are read from a copy in the cache: when the copy cannot be read, the
+    message named only the originals and told the user to replace them."""
+    flat = tmp_path / "flat"
+    flat.mkdir()
+    for f in (tiny / "cifar-10-batches-py").iterdir():
+        (flat / f.name).write_bytes(f.read_bytes())
+    cache = tmp_path / "cache"
+    cfg = dataset_cfg("cifar10", tmp_path / "none", system_dirs=[str(flat)], cache=str(cache))
+    load_dataset(cfg, 0)
+    (copy,) = cache.rglob("data_batch_1")
+    data = bytearray(copy.read_bytes())
+    data[100] ^= 1  # the same size: the copy is kept, and torchvision's checksum refuses it
     copy.write_bytes(bytes(data))
     with pytest.raises(DatasetNotFoundError, match=f"read from their copy in {copy.parent}: delete the copy"):
         load_dataset(cfg, 0)

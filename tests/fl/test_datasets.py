@@ -117,6 +117,7 @@ def test_a_cut_cached_copy_is_made_again_and_an_unreadable_copy_is_named(tmp_pat
 
 @pytest.mark.parametrize("damage,problem", [
     (lambda b: b[:-1], "47055 bytes where its header .60 x 28 x 28. says 47056"),  # cut short
+    (lambda b: b + b"\x00", "47057 bytes where its header .60 x 28 x 28. says 47056"),  # a byte past its end
     (lambda b: b[:2] + b"\x09" + b[3:], "magic number 00000903, expected 00000803"),  # another type code
     (lambda b: b[:3] + b"\x01" + b[4:], "magic number 00000801, expected 00000803"),  # a label file's header
     (lambda b: b[:6], "6 bytes, shorter than its header"),
@@ -149,13 +150,15 @@ def test_an_unreadable_copy_in_the_cache_is_named_with_the_way_out(tiny, tmp_pat
         load_dataset(cfg, 0)
 
 
-def test_a_root_holding_only_some_files_is_refused_not_passed_over_for_a_system_copy(tmp_path):
-    """Three of the four files under dataset.root: the run read the system copy, silently, under a hash keyed
-    to the root."""
+@pytest.mark.parametrize("removed", [1, 3])
+def test_a_root_holding_only_some_files_is_refused_not_passed_over_for_a_system_copy(tmp_path, removed):
+    """Some of the four files under dataset.root: the run read the system copy, silently, under a hash keyed to
+    the root."""
     x, y = synthetic_images(80, (28, 28), seed=5)
     flat = _gz_copy(tmp_path, x, y)
     raw = write_mnist(tmp_path / "root", "FashionMNIST", x[:60], y[:60], x[60:], y[60:])
-    (raw / "t10k-labels-idx1-ubyte").unlink()
+    for name in ("t10k-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "train-labels-idx1-ubyte")[:removed]:
+        (raw / name).unlink()
     cfg = dataset_cfg("fashion_mnist", tmp_path / "root", system_dirs=[str(flat)], cache=str(tmp_path / "cache"))
     with pytest.raises(DatasetNotFoundError, match=r"holds only some of .*t10k-labels-idx1-ubyte"):
         load_dataset(cfg, 0)

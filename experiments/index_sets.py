@@ -50,37 +50,31 @@ class LowRankEnergy:
     E ~ Q (Psi Q)^+ W with Q an orthonormal basis of Y; `cols` counts those cells. 1-D tensors: their squares."""
 
     def __init__(self, shapes, rank: int, sketch_rows: int | None = None, seed: int = 0):
-        self.shapes, self.rank, self.sketch_rows, self.seed = [tuple(s) for s in shapes], rank, sketch_rows, seed
-        self.length = sum(int(np.prod(s)) for s in self.shapes)
+        layout = Marginals(shapes)  # the same matrices: (offset, out, rest), rest 0 for a tensor taken as is
+        self.parts, self.length = layout.parts, layout.length
+        self.rank, self.sketch_rows, self.seed = rank, sketch_rows, seed
         self.cols = None  # the SVD bound is no summary
         if sketch_rows:
-            matrices = [self._matrix(s) for s in self.shapes]
-            self.cols = sum(m * min(rank, m, n) + n * min(sketch_rows, m, n) if n > 1 else m for m, n in matrices)
-
-    @staticmethod
-    def _matrix(shape) -> tuple[int, int]:
-        size = int(np.prod(shape))
-        return (shape[0], size // shape[0]) if len(shape) > 1 and shape[0] > 1 and size // shape[0] > 1 else (size, 1)
+            self.cols = sum(m * min(rank, m, n) + n * min(sketch_rows, m, n) if n else m for _, m, n in self.parts)
 
     def sketch(self, vector: np.ndarray) -> np.ndarray:
         return np.square(vector, dtype=np.float64)  # the squares; E's sketches are linear in them
 
     def estimate(self, energy: np.ndarray) -> np.ndarray:
-        rng, out, offset = np.random.default_rng(self.seed), np.array(energy, np.float64), 0
-        for shape in self.shapes:
-            (m, n), size = self._matrix(shape), int(np.prod(shape))
-            if n > 1:
-                e, r = out[offset:offset + size].reshape(m, n), min(self.rank, m, n)
-                if self.sketch_rows is None:
-                    u, s, vt = np.linalg.svd(e, full_matrices=False)
-                    approx = (u[:, :r] * s[:r]) @ vt[:r]
-                else:
-                    omega = np.hstack([np.ones((n, 1)), rng.standard_normal((n, r - 1))])
-                    psi = np.vstack([np.ones((1, m)), rng.standard_normal((min(self.sketch_rows, m, n) - 1, m))])
-                    q = np.linalg.qr(e @ omega)[0]
-                    approx = q @ np.linalg.lstsq(psi @ q, psi @ e, rcond=None)[0]
-                out[offset:offset + size] = approx.ravel()
-            offset += size
+        rng, out = np.random.default_rng(self.seed), np.array(energy, np.float64)
+        for offset, m, n in self.parts:
+            if not n:
+                continue
+            e, r = out[offset:offset + m * n].reshape(m, n), min(self.rank, m, n)
+            if self.sketch_rows is None:
+                u, s, vt = np.linalg.svd(e, full_matrices=False)
+                approx = (u[:, :r] * s[:r]) @ vt[:r]
+            else:
+                omega = np.hstack([np.ones((n, 1)), rng.standard_normal((n, r - 1))])
+                psi = np.vstack([np.ones((1, m)), rng.standard_normal((min(self.sketch_rows, m, n) - 1, m))])
+                q = np.linalg.qr(e @ omega)[0]
+                approx = q @ np.linalg.lstsq(psi @ q, psi @ e, rcond=None)[0]
+            out[offset:offset + m * n] = approx.ravel()
         return out
 
     def heavy_hitters(self, energy: np.ndarray, k: int) -> np.ndarray:

@@ -28,7 +28,7 @@ import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
 from fl.results import finished, read_rows  # noqa: E402
-from experiments.args import summary  # noqa: E402
+from experiments.args import accuracy, summary  # noqa: E402
 from experiments.outputs import check_target, command_line, together  # noqa: E402
 from experiments import hosts  # noqa: E402
 from experiments.grid import accuracy_cell  # noqa: E402
@@ -288,17 +288,6 @@ def parse_label(text: str) -> tuple[str, str]:
     if not folder or not name:
         raise argparse.ArgumentTypeError(f"--label {text!r}: expected DIR=NAME")
     return folder, name
-
-
-def parse_target(text: str) -> float:
-    """An accuracy in (0, 1]: the rounds-to-target column's threshold."""
-    try:
-        target = float(text)
-    except ValueError:
-        target = float("nan")
-    if not 0 < target <= 1:
-        raise argparse.ArgumentTypeError(f"--target {text!r}: expected an accuracy in (0, 1]")
-    return target
 
 
 def link_name(link: tuple[float, float, float]) -> str:
@@ -676,7 +665,7 @@ def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("dirs", nargs="+")
     ap.add_argument("--out", default="results")
-    ap.add_argument("--target", type=parse_target, default=0.9, help="accuracy in (0, 1] for the rounds-to-target "
+    ap.add_argument("--target", type=accuracy, default=0.9, help="accuracy in (0, 1] for the rounds-to-target "
                     "column")
     ap.add_argument("--label", action="append", default=[], metavar="DIR=NAME", type=parse_label,
                     help="name the data of the runs under DIR (repeatable)")

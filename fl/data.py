@@ -152,6 +152,10 @@ class Located:
     gz: tuple
     in_layout: bool
 
+    def source(self, f: str) -> str:
+        """The path of file `f` as found (`<f>.gz` where it is gzipped)."""
+        return os.path.join(self.folder, f + (".gz" if f in self.gz else ""))
+
 
 def locate(name: str, root: str, system_dirs=()) -> Located:
     """Find `name`'s files without writing anything: `<root>/<torchvision's folder>` first, then each
@@ -209,7 +213,7 @@ def readable_root(name: str, found: Located, cache: str | None) -> str:
         raise DatasetNotFoundError(f"dataset={name}: cannot create the cache {target} ({err}); set "
                                    "dataset.cache to a folder you can write") from None
     for f in src.files:
-        source = os.path.join(found.folder, f + (".gz" if f in found.gz else ""))
+        source = found.source(f)
         dst = os.path.join(target, f)
         stamp = _stamp(source)
         if os.path.isfile(dst) and _read(dst + ".source") == f"{stamp} -> {os.path.getsize(dst)}":
@@ -280,8 +284,7 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool, system
         readable = readable_root(name, found, cache)
         if src.files == _MNIST_FILES:  # torchvision's reader fails on a bad header with errors naming no file
             for f in src.files:
-                original = None if found.in_layout else os.path.join(found.folder, f + (".gz" if f in found.gz else ""))
-                _check_idx(name, os.path.join(readable, src.folder, f), original)
+                _check_idx(name, os.path.join(readable, src.folder, f), None if found.in_layout else found.source(f))
         try:
             ds = cls(readable, train=train, download=False)
         except Exception as err:  # noqa: BLE001 -- corrupt: checksum, format asserts, unpickling, truncation

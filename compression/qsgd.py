@@ -65,6 +65,7 @@ class QSGDCompression(Codec):
         max(L, 1) float32 scales r (finite, >= 0)
         n codes of w = 1 + bit_length(s) bits, bit-packed in little bit order (`compression.packing`):
         code = level | sign << (w - 1), level <= s, sign 1 iff the entry is negative (never on level 0)
+        (all levels 0 in a tensor whose scale is 0)
 
     Size: 11 + 4L + 4 * max(L, 1) + ceil(n * w / 8) bytes; without a layout 15 + ceil(n * w / 8)
     (levels=16: w = 6, so 15 + ceil(3n/4)).
@@ -121,6 +122,9 @@ class QSGDCompression(Codec):
             raise DecodeError(f"qsgd level {int(level.max())} above the {s} levels")
         if (negative & (level == 0)).any():
             raise DecodeError("qsgd sign bit set on a zero level")
+        zero = scales == 0
+        if zero.any() and ((np.repeat(zero, sizes) if sizes.size > 1 else zero[0]) & (level != 0)).any():
+            raise DecodeError("qsgd nonzero level in a tensor whose scale is 0")
         unit = scales.astype(np.float64) / s
         values = (level * (unit[0] if sizes.size == 1 else np.repeat(unit, sizes))).astype(np.float32)
         np.negative(values, out=values, where=negative)

@@ -116,11 +116,13 @@ class RandKCompression(Codec):
             raise DecodeError(f"randk k={k} out of range [1, {n}]")
         check_total("randk", len(payload), _HEADER.size + 4 * k)
         values = np.frombuffer(payload, dtype="<f4", count=k, offset=_HEADER.size).astype(np.float32)
+        if not np.isfinite(values).all():  # before the float64 scaling: casting a signalling NaN warns
+            raise DecodeError("randk payload contains NaN or Inf values")
         if flags & _UNBIASED and k < n:
             with np.errstate(over="ignore"):  # overflow becomes Inf, refused just below
                 values = (values.astype(np.float64) * (n / k)).astype(np.float32)
-        if not np.isfinite(values).all():
-            raise DecodeError("randk payload contains NaN or Inf values (after scaling)")
+            if not np.isfinite(values).all():
+                raise DecodeError("randk payload contains values that overflow float32 after scaling by n/k")
         return randk_positions(n, k, seed), values
 
     def size(self, n: int, k: int | None = None) -> int:

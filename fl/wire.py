@@ -14,6 +14,7 @@ from google.protobuf.message import DecodeError as _ProtobufDecodeError
 
 import secagg
 from compression import DecodeError as CodecDecodeError
+from compression import registry as codec_registry
 from compression.packing import pack_codes, packed_size, unpack_codes
 from compression.topk import decode_positions, encode_positions
 from fl import wire_pb2 as pb
@@ -88,6 +89,10 @@ def decode_broadcast(data: bytes, length: int) -> pb.ModelBroadcast:
     msg = _parse(pb.ModelBroadcast, data, what)
     _need(msg.length == length, what, f"model length {msg.length}, expected {length}")
     _need(bool(msg.codec), what, "missing codec name (truncated?)")
+    try:  # the client decodes with the codec the broadcast names
+        codec_registry.canonical(msg.codec)
+    except codec_registry.UnknownProtocolError:
+        raise WireError(f"{what}: unknown codec {msg.codec!r}") from None
     _need(len(msg.payload) > 0, what, "empty payload")
     return msg
 
@@ -327,6 +332,7 @@ def decode_index_set(msg: pb.ModelBroadcast) -> np.ndarray | None:
         _need(not msg.index_positions and not msg.index_seed, what, "index set fields without a count")
         return None
     _need(msg.index_count <= msg.length, what, f"index set of {msg.index_count} > model length {msg.length}")
+    _need(not (msg.index_positions and msg.index_seed), what, "index set has both positions and a seed")
     if msg.index_positions:
         try:
             return decode_positions(msg.index_positions, msg.length, msg.index_count)

@@ -123,6 +123,24 @@ def test_decode_rejects_malformed_payloads():
         codec.decode(b"\x02" + payload[1:], 10)
 
 
+def test_a_tensor_whose_scale_is_0_must_have_every_level_0():
+    """The encoder writes level 0 throughout a zero tensor; levels (and signs) on a zero scale are a non-canonical
+    encoding, refused as int8 refuses a nonzero value on a zero scale (they decoded to 0 and -0.0)."""
+    codec = QSGDCompression()
+    assert codec.decode(QSGDCompression().encode(np.zeros(3, np.float32)), 3).tolist() == [0.0, 0.0, 0.0]
+    for codes in ([1, 0, 0], [0, 4 | 8, 0]):
+        with pytest.raises(DecodeError, match="nonzero level in a tensor whose scale is 0"):
+            codec.decode(payload_with(codes, scale=0.0), 3)
+    layered = QSGDCompression(layout=[2, 3])
+    payload = bytearray(layered.encode(np.array([0, 0, 1, -2, 3], np.float32)))
+    scales_at = 1 + 4 + 2 + 4 + 8  # header, L, two layer sizes
+    assert struct.unpack_from("<f", payload, scales_at)[0] == 0.0  # the first layer is all zero
+    codec.decode(bytes(payload), 5)
+    payload[scales_at + 4:scales_at + 8] = struct.pack("<f", 0.0)  # the second layer's scale zeroed: its levels stay
+    with pytest.raises(DecodeError, match="nonzero level in a tensor whose scale is 0"):
+        codec.decode(bytes(payload), 5)
+
+
 def test_bad_options_are_refused():
     for levels in (0, 32768, 2.5, True):
         with pytest.raises(ValueError, match="levels"):

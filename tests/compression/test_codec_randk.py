@@ -1,6 +1,7 @@
 """RandKCompression: random positions from a seed in the payload, values exact, optional n/k scaling."""
 
 import struct
+import warnings
 
 import numpy as np
 import pytest
@@ -104,6 +105,17 @@ def test_decode_rejects_malformed_payloads():
     huge = struct.pack("<BBIIQ", 1, 1, 20, 2, 5) + struct.pack("<2f", 3e38, 1.0)  # unbiased: 10 x 3e38
     with pytest.raises(DecodeError, match="after scaling"):
         codec.decode(huge, 20)
+
+
+@pytest.mark.parametrize("bits", [0x7F800001, 0xFF977A51, 0x7FC00000])  # signalling NaNs (either sign), a quiet one
+def test_a_nan_in_an_unbiased_payload_is_refused_without_a_numpy_warning(bits):
+    """Scaling by n/k goes through float64, and casting a signalling NaN there raises numpy's 'invalid value'
+    warning: a hostile payload must get only the DecodeError."""
+    payload = struct.pack("<BBIIQ", 1, 1, 20, 2, 5) + struct.pack("<I", bits) + struct.pack("<f", 1.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(DecodeError, match="NaN or Inf"):
+            RandKCompression().decode(payload, 20)
 
 
 def test_bad_options_are_refused():

@@ -319,6 +319,7 @@ def _broadcast(n, **fields):
     (dict(index_positions=b"\x00\x01"), "index set fields without a count"),
     (dict(index_count=5), "neither positions nor a seed"),
     (dict(index_count=101, index_seed=7), "index set of 101 > model length 100"),
+    (dict(index_count=2, index_seed=7, index_positions=b"\x01\x00\x01"), "both positions and a seed"),
 ])
 def test_a_broadcast_index_set_whose_fields_disagree_is_refused(fields, match):
     """A cut or altered broadcast must not turn into no shared set, all 100 positions, or a numpy error."""
@@ -344,3 +345,12 @@ def test_a_broadcast_without_a_payload_is_refused():
     message = wire.encode_broadcast(1, "none", 100, False, b"")
     with pytest.raises(wire.WireError, match="empty payload"):
         wire.decode_broadcast(message, 100)
+
+
+def test_a_broadcast_naming_a_codec_nobody_registered_is_a_wire_error():
+    """The client decodes the payload with the codec the broadcast names: an unknown name is a malformed
+    broadcast (WireError naming it), not the registry's lookup error."""
+    payload = compression.NoCompression().encode(np.zeros(10, np.float32))
+    with pytest.raises(wire.WireError, match="model broadcast: unknown codec 'nope'"):
+        wire.decode_broadcast(wire.encode_broadcast(1, "nope", 10, False, payload), 10)
+    assert wire.decode_broadcast(wire.encode_broadcast(1, "none", 10, False, payload), 10).codec == "none"

@@ -537,6 +537,7 @@ def test_a_masked_line_under_dropouts_is_compared_with_the_dense_baseline_under_
     assert sorted(t[t["secagg"] == "none"]["other"]) == ["secagg.dropout=0.0", "secagg.dropout=0.05"]
 
 
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # bar and scatter are replaced: nothing is drawn
 def test_the_time_breakdown_never_averages_runs_of_other_environments_or_lengths(tmp_path, monkeypatch):
     """niid_bench's bars averaged a 50-round inline run with a 10-round Ray run of one setting (170.7 s of
     training, which neither took); each is its own bar now, with its round's wall time marked."""

@@ -144,7 +144,7 @@ def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
     t0 = time.perf_counter()
     rows = fl.run(fl.compose(overrides))
     run_s = time.perf_counter() - t0
-    workers = max(1, min(os.cpu_count() or 1, cell.get("clients_per_round", n)))
+    workers = int(rows["num_workers"].iloc[0])  # the run's pool (its CPU affinity's cores), not the machine's cores
     steady = rows.iloc[1:] if len(rows) > 1 else rows
     round_s = float(steady["t_round"].median())
     train_s = float((steady["t_train"] / workers).median())

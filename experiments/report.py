@@ -218,7 +218,10 @@ def stage_seconds(run: pd.DataFrame, stage: str) -> pd.Series:
     training call (`t_evaluate_carried`, rows since fl.eval_overlap), as the client stages count workers' time."""
     if stage == "t_evaluate" and "t_evaluate_carried" in run:
         return run["t_evaluate"] + run["t_evaluate_carried"].fillna(0)
-    return run[stage]
+    # a round where a stage of the run had nothing to do (every client lost, or aborted before it) spent 0 s on it:
+    # averaged over the rounds that did, it would not be per round as t_round is; a stage the run never has (t_mask
+    # without masking) stays blank
+    return run[stage].fillna(0) if run[stage].notna().any() else run[stage]
 
 
 def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
@@ -397,7 +400,9 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              + (LOST_NOTE if _has_lost(t) else "") + (BROADCAST_NOTE if _has_broadcast_only(t) else "")
              + "Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
-             "data and model. Seconds: per round (client-side stages summed over the cohort). "
+             "data and model. Seconds: per round (client-side stages summed over the cohort; decode s: a masked "
+             "round's server work on what it unmasked, choosing the index set and applying the sum; an unmasked "
+             "round decodes each update as it adds it, inside round s). "
              f"Rounds to target: first round with accuracy >= {target}, mean over the runs that reached it (their "
              "count after the slash; blank = none did); upload to target: every client's upload until then, per "
              "client of the population (cumulative bytes, mean over those runs)."
@@ -651,7 +656,7 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     ax.set_xticklabels(names, rotation=70, ha="right", fontsize=7)
     ax.set_ylabel("seconds per round")
     ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort, a carried evaluation "
-                 "over the workers;\nother = the rest of the round; unmask, setup, broadcast and sync are in it)",
+                 "over the workers;\nother = the rest of the round; unmask, broadcast and sync are in it)",
                  fontsize=10)
     ax.legend(fontsize=8)
     if several:

@@ -67,3 +67,23 @@ def test_a_plain_cells_parts_of_a_round_are_numbers(tmp_path, ray_session):
     for key in ("server_s", "client_work_s", "rest_s", "overhead_share", "evaluate_s"):
         assert math.isfinite(out[key]), (key, out[key])
     assert out["server_s"] > 0 and out["client_work_s"] > 0
+
+
+def test_a_cells_per_worker_parts_divide_by_the_runs_pool_not_the_machines_cores(tmp_path, monkeypatch):
+    """Client seconds are summed over the workers of the run's pool (one per core it may use: a SLURM job's or a
+    container's share), which the rows' num_workers records; a machine with more cores must not shrink them."""
+    import os
+
+    import fl
+    from experiments.bench_sim import run_cell
+    from fl.results import read_rows
+
+    compose = fl.compose
+    monkeypatch.setattr(fl, "compose", lambda o: compose([x for x in o if x != "backend=ray"] +
+                                                         ["backend=inline", "ray.num_workers=2"]))
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)  # the node's cores; the run may use fewer
+    out = run_cell({"clients": 4, "model": "mlp_small", "secagg": "none", "compression": "none", "seed": 0}, 3,
+                   str(tmp_path))
+    rows = read_rows(next(tmp_path.glob("*/rounds.csv")))
+    assert (rows["num_workers"] == 2).all()
+    assert out["train_s"] == pytest.approx((rows["t_train"] / rows["num_workers"]).iloc[1:].median())

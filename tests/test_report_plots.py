@@ -614,3 +614,25 @@ def test_a_codec_on_the_broadcast_only_is_named_so_with_the_server_keeping_its_e
     assert "`server` on a line" not in report.markdown(t[~t["index_policy"].str.contains("broadcast")], [], 0.6, "c")
     assert sorted(report.setting_names(t)) == ["none", "topk 0.02", "topk 0.02 + dh (all, compressed broadcast)",
                                                "topk 0.02 on the broadcast only"]
+
+
+def test_a_stage_is_averaged_over_every_round_of_its_run_a_round_that_had_none_of_it_counting_0_s():
+    """Rounds where every client was lost (or a masked round aborted before a stage) leave the stage blank: its seconds
+    per round are over all the run's rounds, as t_round's are, not over the rounds that had it; a stage the run never
+    has (t_mask without masking) stays blank."""
+    rows = pd.DataFrame(_rows("a", 0, 20, 0.66))
+    rows["t_encode"], rows["t_decode"], rows["t_mask"] = [0.2, np.nan], [np.nan, 0.4], np.nan
+    run = report.per_run(rows, target=0.6).iloc[0]
+    assert run["t_encode"] == pytest.approx(0.1) and run["t_decode"] == pytest.approx(0.2)
+    assert np.isnan(run["t_mask"]) and np.isnan(report.table(report.per_run(rows, 0.6))["mask_s"].iloc[0])
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")
+def test_the_time_breakdown_never_says_the_setup_is_in_a_rounds_other_time(tmp_path, monkeypatch):
+    """t_setup (starting the pool, before round 0) is not part of any t_round, so not of the bar's `other`."""
+    runs = pd.DataFrame([dict(_run("none", "dense", 1.0, 0.8, "none"), t_train=1.0, t_encode=0.1, t_mask=np.nan,
+                              t_aggregate=0.1, t_decode=np.nan, t_evaluate=0.5, t_round=2.0)])
+    titles = []
+    monkeypatch.setattr(report.plt.Axes, "set_title", lambda self, text, **kw: titles.append(text))
+    report.plot_time_breakdown(runs, tmp_path / "time.png")
+    assert "other" in titles[0] and "setup" not in titles[0]

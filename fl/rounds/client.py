@@ -80,7 +80,12 @@ def corrected_update(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray,
     """Train the client; its update plus its error-feedback residual, and its sample count."""
     update, n = timed_train(worker, cid, round, t)
     residual = worker.residuals.get(cid) if worker.plan.error_feedback else None
-    return (update if residual is None else update + residual.astype(np.float32)), n
+    if residual is None:
+        return update, n
+    t0 = time.perf_counter()
+    corrected = update + residual.astype(np.float32)
+    t["t_encode"] = t.get("t_encode", 0.0) + time.perf_counter() - t0  # error feedback, as a plain round's codec counts it
+    return corrected, n
 
 
 def keep_residual(worker, cid: int, residual: np.ndarray) -> None:

@@ -297,6 +297,7 @@ class _Steps:
         self.alive = set(cohort)
         self.drops = dict.fromkeys(names, 0)
         self.started: dict[str, float] = {}
+        self.ended: float | None = None  # when the last step's exchange ended (unmasked), before the update is applied
         self.step = ""
         self.rejected: dict[str, set[int]] = {}  # step -> clients whose message the server refused there
 
@@ -354,9 +355,13 @@ class _Steps:
         self.alive.discard(cid)
         self.rejected.setdefault(self.step, set()).add(cid)
 
+    def end(self) -> None:
+        """The protocol is over: what the server does next (apply the update, decode a table) is not an exchange's."""
+        self.ended = time.perf_counter()
+
     def finish(self, row: dict, late_ignored: int) -> None:
         names = list(self.started) + ["end"]
-        self.started["end"] = time.perf_counter()
+        self.started["end"] = self.ended if self.ended is not None else time.perf_counter()
         row.update({f"t_step_{a}": self.started[b] - self.started[a] for a, b in zip(names, names[1:])})
         row.update(dropped=sum(self.drops.values()), **{f"dropped_{s}": self.drops.get(s, 0) for s in FRESH_STEPS},
                    late_ignored=late_ignored)
@@ -418,7 +423,8 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
             if not first.layout.counts(weight, len(survivors)):
                 raise secagg.RoundAborted(f"the summary's sum counts {weight:.3f} clients, not its "
                                           f"{len(survivors)} survivors")
-            server.positions = tally.timed("t_unmask", server.policy.choose, r, cells)
+            # choosing the index set is the server's decoding, as the `sketch` policy's choice is (apply_masked)
+            server.positions = tally.timed("t_decode", server.policy.choose, r, cells)
             second = aggs[1]
             index_set = wire.encode_round_index(second.session, server.positions, plan.length)
             tally.down += len(index_set) * len(steps.alive)
@@ -437,6 +443,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
         tqdm.write(f"round {r}: aborted: {err}")
         applied = False
     else:
+        steps.end()
         t0 = time.perf_counter()
         server.apply_masked(r, values, weight, cells)
         if steps.rejected.get("masked_input"):  # they staged residuals for values the sum does not hold

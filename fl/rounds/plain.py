@@ -114,7 +114,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
         except ValueError as err:
             tally.row["rejected"] += 1
             tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
-    server.apply(agg.result())
+    tally.timed("t_aggregate", lambda: server.apply(agg.result()))  # the mean and its step: the server's side too
 
 
 def _vanish(plan, r: int, by_worker: dict[int, list[int]], tally: Tally) -> dict[int, list[int]]:

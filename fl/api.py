@@ -59,7 +59,9 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
         values[f"fl.{key}" if key in _FL_KEYS else key] = value
     for key, value in values.items():
         try:
-            OmegaConf.update(cfg, key, value, merge=False)  # struct mode: an unknown key raises
+            # struct mode: an unknown key raises, but for a codec option, a key of its own (`+compression.options.X`
+            # on the command line), checked by the codec when the config is validated
+            OmegaConf.update(cfg, key, value, merge=False, force_add=key.startswith("compression.options."))
         except Exception as err:
             raise ConfigError(f"cannot set {key}={value!r}: {err}") from None
     return cfg

@@ -374,7 +374,16 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     options without a codec, index policies and fixed point without masking, error feedback where no client
     keeps a residual (an unbiased codec, a linear codec under masking, the broadcast only), per-layer selection
     of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
-    test fraction on a dataset with its own test split) are reset to defaults."""
+    test fraction on a dataset with its own test split, a model key its model does not read: `model.norm` but
+    for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an MLP) are reset to
+    defaults."""
+    model, model_defaults = c.model, ModelConfig()
+    if model.name != "resnet_small":  # fl.models reads the norm in resnet_small only
+        model.norm = model_defaults.norm
+    if model.name not in ("lenet", "cnn_wide"):  # ... and the padding in the 5x5 convolution stages only
+        model.padding = model_defaults.padding
+    if model.name.startswith("mlp"):  # an MLP has no convolutions
+        model.channels = []
     data, data_defaults = c.dataset, DatasetConfig()
     for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
         if data.partition != read_by:

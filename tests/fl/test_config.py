@@ -78,6 +78,19 @@ def test_a_codec_registered_without_a_yaml_runs_from_the_api(monkeypatch):
     assert cfg.compression.name == "copycodec"
 
 
+def test_the_api_sets_codec_options_as_the_command_lines_plus_does_and_the_codec_checks_them():
+    """`compression.options` is an empty dict in struct mode: run_server(compression={'options': {'levels': 8}})
+    was refused with "Key 'levels' is not in struct", so no codec option could be set from the Python API."""
+    cli = validate(fl.compose(["secagg=none", "compression=qsgd", "+compression.options.levels=8"]))
+    for spelled in ({"compression": {"options": {"levels": 8}}}, {"compression.options.levels": 8}):
+        api = validate(fl.build_config(mask_protocol=None, compression_protocol="qsgd", **spelled))
+        assert api == cli and api.compression.options == {"levels": 8}
+    with pytest.raises(ConfigError, match="levelz"):  # an option the codec does not take is still refused
+        validate(fl.build_config(mask_protocol=None, compression_protocol="qsgd", compression={"options": {"levelz": 8}}))
+    with pytest.raises(ConfigError, match="optionz"):  # and a misspelt key outside the options
+        fl.build_config(mask_protocol=None, compression_protocol="qsgd", compression={"optionz": {"levels": 8}})
+
+
 @pytest.mark.parametrize("ratio", [0, -0.1, 1.5, float("nan"), float("inf")])
 def test_ratio_outside_unit_interval_is_refused_and_writes_no_rows(ratio, tmp_path):
     with pytest.raises(ConfigError, match="ratio"):
@@ -259,6 +272,29 @@ def test_error_feedback_where_no_client_keeps_a_residual_has_one_spelling(settin
 def test_error_feedback_where_clients_keep_residuals_is_a_setting(setting):
     on, off = (validate(fl.compose(setting + [f"compression.error_feedback={v}"])) for v in ("true", "false"))
     assert config_hash(as_dict(on)) != config_hash(as_dict(off))
+
+
+@pytest.mark.parametrize("model,unread", [
+    ("mlp_small", ["model.norm=batch", "model.padding=valid", "model.channels=[4]"]),
+    ("lenet", ["model.norm=batch"]),
+    ("resnet_small", ["model.padding=valid"]),
+])
+def test_a_model_key_its_model_does_not_read_has_one_spelling(model, unread):
+    """model.norm acts in resnet_small only, model.padding in lenet and cnn_wide only, model.channels in no MLP:
+    `-m model=mlp_small,resnet_small model.norm=group,batch` ran mlp_small twice under two hashes, bit for bit
+    the same run, reported as two settings."""
+    base = [f"model={model}", "secagg=none"]
+    for extra in unread:
+        assert config_hash(as_dict(validate(fl.compose(base + [extra])))) == \
+            config_hash(as_dict(validate(fl.compose(base)))), extra
+
+
+@pytest.mark.parametrize("setting", [["model=resnet_small", "model.norm=batch"],
+                                     ["model=lenet", "model.channels=[6]", "model.padding=valid"]])
+def test_a_model_key_its_model_reads_is_a_setting(setting):
+    base = setting[:-1]
+    assert config_hash(as_dict(validate(fl.compose(["secagg=none", *setting])))) != \
+        config_hash(as_dict(validate(fl.compose(["secagg=none", *base]))))
 
 
 def test_per_layer_selection_of_masked_uploads_acts_only_on_a_compressed_broadcast():

@@ -104,8 +104,8 @@ class IndexPolicy:
         self.name = f"randk({name} fallback)" if sketched and self.shape is None else name
         if self.summary is not None:
             self.name = f"fresh(blocks of {block})" if summary == "blocks" else f"fresh({summary})"
-        if k == length:
-            self.name, self.shape = "all", None
+        if k == length:  # every position is sent: no summary or sketch to choose them (nor bytes to pay for one)
+            self.name, self.shape, self.summary = "all", None, None
         self.fresh = name == "fresh" and self.shape is not None  # two masked exchanges a round
         self.random_share = random_share
         self._next: np.ndarray | None = None

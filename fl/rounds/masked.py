@@ -411,11 +411,13 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
             return ref, r, {c: bundles[0][c] for c in cs}, cs, catchup
 
         first = aggs[0]
+        table_bytes = wire.masked_bytes(first.layout.cells, first.layout.bits) if first.layout.cells else 0
         for cid, msg in steps.run(masked_sketch if fresh else masked_input, "masked_sketch" if fresh else
                                   "masked_input", first_args, wire.masked_bytes(first.length, first.layout.bits) + 256,
                                   carried):
             tally.up_payload += len(msg)
-            tally.up_sketch += len(msg) if fresh else 0
+            # the summary (fresh: the whole message) or the table's share of it, as it arrives: an aborted round's too
+            tally.up_sketch += len(msg) if fresh else table_bytes
             steps.take(first.add, cid, msg)
         survivors = _unmask(steps, tally, first, 0, "unmask_sketch" if fresh else "unmask")
         values, weight, cells = tally.timed("t_unmask", first.result)
@@ -436,8 +438,6 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
                 steps.take(second.add, cid, msg)
             _unmask(steps, tally, second, 1, "unmask", same_as=survivors if sketch.linear else None)
             values, weight, cells = tally.timed("t_unmask", second.result)
-        else:  # the table's share of the masked payload
-            tally.up_sketch = wire.masked_bytes(first.layout.cells, first.layout.bits) * len(survivors)
     except secagg.RoundAborted as err:  # below t: nothing revealed, nothing applied; the run goes on
         tally.row["aborted"] = True
         tqdm.write(f"round {r}: aborted: {err}")

@@ -165,9 +165,13 @@ def test_sketch_falls_back_to_randk_exactly_when_no_sketch_fits(length):
     assert 0 < fallbacks < length - 1  # both branches are exercised
 
 
-@pytest.mark.parametrize("name", ["sketch", "randk", "prev_topk"])
-def test_every_policy_sends_everything_as_all_when_k_is_the_length(name):
-    policy = IndexPolicy(name, 50, 50, ROOT)
+@pytest.mark.parametrize("name, summary", [("sketch", "sketch"), ("randk", "sketch"), ("prev_topk", "sketch"),
+                                           *[("fresh", s) for s in ("marginals", "blocks", "sketch", "exact", "energy")]])
+def test_every_policy_sends_everything_as_all_when_k_is_the_length(name, summary):
+    """No table rides with the values when every position is sent: under `fresh` the summary would choose nothing
+    (masking without compression keeps the default policy, `fresh` with marginals)."""
+    policy = IndexPolicy(name, 50, 50, ROOT, summary=summary, shapes=[(5, 10)])
+    assert not policy.fresh
     assert policy.name == "all" and policy.shape is None and policy.sketch(0) is None
     for r in range(2):
         positions, seed = policy.positions(r)

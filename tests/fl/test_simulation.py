@@ -108,6 +108,17 @@ def test_bytes_are_the_lengths_of_the_serialized_messages_with_masking(tmp_path,
     assert 0 < max(recorded["encode_masked"]) - wire.masked_bytes(elements, b) <= wire._FRAME_BYTES
 
 
+@pytest.mark.parametrize("codec", [("compression=none",), ("compression.client=false",)])
+def test_masking_every_entry_uploads_the_values_and_the_weight_and_no_summary(tmp_path, recorded, codec):
+    """Index policy `all` (no client compression): every position is sent, so no `fresh` summary or sketch
+    rides with the values; the reset default policy (`fresh` with marginals) used to add its table to every upload."""
+    rows = small(tmp_path, "fl.num_clients=6", "fl.clients_per_round=6", "fl.rounds=2", *codec)
+    assert rows["index_policy"].iloc[0] == "all" and (rows["bytes_up_sketch"] == 0).all()
+    n, b = rows["n_params"].iloc[0], rows["field_bits"].iloc[0]
+    assert len(recorded["encode_masked"]) == 6 * len(rows)
+    assert 0 < max(recorded["encode_masked"]) - wire.masked_bytes(n + 1, b) <= wire._FRAME_BYTES  # values, weight
+
+
 def test_bytes_are_the_lengths_of_the_serialized_messages_without_masking(tmp_path, recorded):
     rows = small(tmp_path, "secagg=none", "fl.num_clients=6", "fl.clients_per_round=6", "compression.ratio=0.1")
     assert rows["bytes_up"].sum() == sum(recorded["encode_update"])

@@ -477,6 +477,19 @@ def test_the_sketch_bytes_are_the_tables_of_the_clients_whose_masked_input_was_s
     assert per_table.nunique() == 1 and per_table.iloc[0] > 0
 
 
+def test_an_aborted_round_counts_the_sketch_share_of_the_masked_inputs_it_received(tmp_path):
+    """bytes_up_sketch is the part of bytes_up_payload that is table cells: a round aborted at unmask (below t)
+    received its masked inputs, tables included, and counts them as a round that was applied does."""
+    rows = _masked_run(tmp_path, "compression.index_policy=sketch", "secagg.dropout=0.15", "fl.rounds=5")
+    arrived = 8 - rows[["dropped_advertise", "dropped_share_keys", "dropped_masked_input", "rejected"]].sum(axis=1)
+    aborted = rows["aborted"].astype(bool)
+    assert aborted.any() and (~aborted).any() and (rows.loc[aborted, "bytes_up_payload"] > 0).all()
+    per_table = rows["bytes_up_sketch"] / arrived
+    assert per_table.nunique() == 1 and per_table.iloc[0] > 0
+    per_message = rows["bytes_up_payload"] / arrived
+    assert (per_table < per_message).all()
+
+
 def test_each_masked_client_rounds_with_its_own_draws(tmp_path, monkeypatch):
     """Stochastic rounding averages out over the cohort only if clients' draws are independent."""
     draws, build = {}, masked_round._masked_vector

@@ -4,6 +4,7 @@ Hydra composes conf/config.yaml with the overrides; fl.run validates it, runs it
 row per round to <results.dir>/<config_hash>/rounds.csv.
 """
 import gc
+import signal
 import sys
 import traceback
 
@@ -53,12 +54,21 @@ def main(cfg: DictConfig) -> str | None:
     return None
 
 
+def _terminated(signum, frame):
+    """SIGTERM (`kill`, a scheduler's time limit or preemption) ends the run as Ctrl-C does, through its handlers:
+    the round waiting for its evaluation is written, `failed-<run_id>.txt` says how it ended. Python's default
+    ends the process at once, losing that round's row. (With backend=ray, Ray's own handler does the same.)"""
+    raise SystemExit(128 + signum)
+
+
 if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminated)
     try:
         main()
     except KeyboardInterrupt:  # Ctrl-C: one line, not the trace of whatever torch was doing
         print("fedsqueeze: interrupted. Finished runs are kept, and the interrupted run's rows as "
-              "rounds.incomplete-<run_id>.csv on the rerun; rerun the command to resume", file=sys.stderr)
+              "rounds.incomplete-<run_id>.csv on the rerun; rerun the command to resume (finished runs are skipped; "
+              "an unfinished one starts again from round 0)", file=sys.stderr)
         for line in UNFINISHED:  # cells of the sweep that had already ended without finishing
             print(f"  also did not finish: {line}", file=sys.stderr)
         sys.exit(130)

@@ -60,9 +60,14 @@ def counted_catchups_as_round_0(code) -> bool:
 def compare(committed: pd.DataFrame, fresh: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(the columns and rounds where the fresh rows differ, notes on differences the counting rules explain);
     the last fresh round is always evaluated, so where the committed run did not evaluate it, its accuracy is not
-    compared."""
+    compared. Rows of a run that never finished (killed: fewer rows than the rerun) are compared round by round
+    as far as they go, and a note says so."""
     head = committed[committed["round"] < len(fresh)].reset_index(drop=True)
     diffs, notes = [], []
+    if len(head) < len(fresh):
+        notes.append(f"the recorded rows stop after {len(head)} of the {len(fresh)} rounds rerun (a run that did not "
+                     "finish): only those are compared")
+        fresh = fresh[fresh["round"].isin(head["round"])]
     older = counted_catchups_as_round_0(head["code"].iloc[0] if "code" in head else "")
     for col in COMPARED:
         if col not in head or col not in fresh:
@@ -94,14 +99,26 @@ def main() -> int:
     ap.add_argument("--backend", default="inline", choices=("inline", "ray"))
     ap.add_argument("--workers", type=int, default=None)
     args = ap.parse_args()
+    if args.rounds is not None and args.rounds < 1:
+        ap.error(f"--rounds must be >= 1, got {args.rounds}")
+    if args.workers is not None and args.workers < 1:
+        ap.error(f"--workers must be >= 1, got {args.workers}")
     for run_dir in args.runs:
         if not (run_dir / "rounds.csv").is_file() or not (run_dir / "config.json").is_file():
             ap.error(f"{run_dir} is not a run's folder (no rounds.csv and config.json): name <results.dir>/<hash>")
+        if read_rows(run_dir / "rounds.csv").empty:
+            ap.error(f"{run_dir}/rounds.csv holds no rows (its run ended before its first round): nothing to compare")
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         for run_dir in args.runs:
-            fresh = rerun(run_dir, args.rounds, args.backend, args.workers, Path(tmp))
-            diffs, notes = compare(read_rows(run_dir / "rounds.csv"), fresh)
+            committed = read_rows(run_dir / "rounds.csv")
+            # rows of a run that did not finish: rerun no more rounds than they hold
+            rounds = min(args.rounds or len(committed), len(committed))
+            fresh = rerun(run_dir, rounds, args.backend, args.workers, Path(tmp))
+            diffs, notes = compare(committed, fresh)
+            planned = json.loads((run_dir / "config.json").read_text())["fl"]["rounds"]
+            if len(committed) < planned:
+                notes.append(f"the recorded run did not finish: {len(committed)} of its {planned} rounds are recorded")
             print(f"{run_dir}: {'identical' if not diffs else 'DIFFERS'} over {len(fresh)} rounds "
                   f"({args.backend}, workers {args.workers or 'default'})")
             for d in diffs + notes:

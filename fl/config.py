@@ -134,6 +134,8 @@ def register_schema() -> None:
 
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
+CONV_MODELS = ("lenet", "cnn_wide")  # read model.padding (fl.models.convnet)
+NORM_MODELS = ("resnet_small",)      # read model.norm (fl.models.resnet)
 
 
 def missing_linear_methods(codec) -> list[str]:
@@ -374,22 +376,24 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     options without a codec, index policies and fixed point without masking, error feedback where no client
     keeps a residual (an unbiased codec, a linear codec under masking, the broadcast only), per-layer selection
     of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
-    test fraction on a dataset with its own test split, a model key its model does not read: `model.norm` but
-    for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an MLP) are reset to
-    defaults."""
-    model, model_defaults = c.model, ModelConfig()
-    if model.name != "resnet_small":  # fl.models reads the norm in resnet_small only
-        model.norm = model_defaults.norm
-    if model.name not in ("lenet", "cnn_wide"):  # ... and the padding in the 5x5 convolution stages only
-        model.padding = model_defaults.padding
-    if model.name.startswith("mlp"):  # an MLP has no convolutions
-        model.channels = []
+    test fraction on a dataset with its own test split, where digits would be found, a model key its model does
+    not read: `model.norm` but for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an
+    MLP) are reset to defaults; mask settings at what null stands for (threshold, degree, field width) are null."""
     data, data_defaults = c.dataset, DatasetConfig()
     for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
         if data.partition != read_by:
             setattr(data, key, getattr(data_defaults, key))
     if data.name != "digits":
         data.test_fraction = data_defaults.test_fraction
+    else:  # scikit-learn's bundled file: no folder is read, nothing is downloaded
+        data.root, data.download = data_defaults.root, data_defaults.download
+    model, model_defaults = c.model, ModelConfig()
+    if model.name not in CONV_MODELS:
+        model.padding = model_defaults.padding  # only lenet's and cnn_wide's 5x5 convolutions pad
+    if model.name not in NORM_MODELS:
+        model.norm = model_defaults.norm  # only resnet_small has normalization layers
+    if model.name not in CONV_MODELS + NORM_MODELS:
+        model.channels = []  # an MLP has no convolution stages
     comp, defaults = c.compression, CompressionConfig()
     masks = secagg.get(c.secagg.name).masks
     if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:
@@ -417,10 +421,23 @@ def canonical_settings(c: DictConfig) -> DictConfig:
         comp.residual_dtype = defaults.residual_dtype
     if not masks:
         c.secagg = SecAggConfig(name=c.secagg.name, dropout=c.secagg.dropout)  # the one key a plain round reads
-    elif c.secagg.bits is not None and c.secagg.bits == secagg.smallest_safe_bits(c.secagg.quant_bits,
-                                                                                 c.fl.clients_per_round):
-        c.secagg.bits = None  # the automatic width, spelled out: one spelling
+    else:
+        n = c.fl.clients_per_round
+        if c.secagg.bits is not None and c.secagg.bits == secagg.smallest_safe_bits(c.secagg.quant_bits, n):
+            c.secagg.bits = None  # the automatic width, spelled out: one spelling
+        if c.secagg.neighbours is not None and \
+                _resolved(c.secagg.name, n, None, c.secagg.neighbours) == _resolved(c.secagg.name, n, None, None):
+            c.secagg.neighbours = None  # the default degree, spelled out: one spelling
+        if c.secagg.threshold is not None and _resolved(c.secagg.name, n, c.secagg.threshold, c.secagg.neighbours) \
+                == _resolved(c.secagg.name, n, None, c.secagg.neighbours):
+            c.secagg.threshold = None  # the default threshold (a strict majority), spelled out: one spelling
     return c
+
+
+def _resolved(protocol: str, n: int, threshold: int | None, neighbours: int | None) -> tuple[int, int | None]:
+    """(t, degree) as every round of `n` clients resolves them (validate has checked both)."""
+    r = secagg.make_round(protocol, bytes(32), range(n), 1, threshold, neighbours)
+    return r.threshold, r.degree
 
 
 def as_dict(cfg: DictConfig) -> dict[str, Any]:

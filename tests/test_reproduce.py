@@ -38,3 +38,31 @@ def test_a_difference_on_another_cpu_is_named_as_such():
     diffs, notes = reproduce.compare(theirs.assign(env_cpu="Intel Xeon"), ours)  # the same CPU: no excuse
     assert diffs and notes == []
     assert reproduce.compare(ours.assign(env_cpu="AMD EPYC"), ours) == ([], [])  # identical: nothing to explain
+
+
+def test_rows_of_a_run_that_did_not_finish_are_compared_as_far_as_they_go():
+    """A killed run keeps fewer rows than its configuration's rounds; comparing them with a full rerun raised
+    pandas' 'Can only compare identically-labeled Series objects' after the whole rerun had been spent."""
+    newer = reproduce.CATCHUP_COUNTED[:12]
+    killed = _rows(newer, [1000, 2000])
+    fresh = pd.DataFrame({"round": [0, 1, 2], "code": newer, "accuracy": [0.5, 0.6, 0.7],
+                          "bytes_down": [1000, 2000, 3000], "catchups": [0, 3, 3]})
+    diffs, notes = reproduce.compare(killed, fresh)
+    assert diffs == [] and notes == ["the recorded rows stop after 2 of the 3 rounds rerun (a run that did not "
+                                     "finish): only those are compared"]
+    diffs, _ = reproduce.compare(killed.assign(accuracy=[0.5, 0.65]), fresh)  # a difference is still found
+    assert diffs == ["accuracy differs in rounds [1]: 0.65 vs 0.6"]
+
+
+def test_the_command_refuses_a_count_that_runs_nothing_before_any_work(tmp_path):
+    import subprocess
+    import sys
+
+    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "rounds.csv").write_text("run_id,round\n")  # killed before its first row
+    for args, message in ((["--rounds", "0"], "--rounds must be >= 1, got 0"),
+                          (["--workers", "0"], "--workers must be >= 1, got 0"),
+                          ([], "holds no rows")):
+        out = subprocess.run([sys.executable, "-m", "experiments.reproduce", str(tmp_path), *args],
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr

@@ -76,3 +76,27 @@ def test_ctrl_c_ends_a_run_with_one_line_and_status_130_keeping_its_rows(tmp_pat
     assert proc.returncode == 130 and "Traceback" not in err and "fedsqueeze: interrupted." in err
     (folder,) = [p for p in runs.iterdir() if p.is_dir()]
     assert not (folder / "done.json").exists() and len(pd.read_csv(folder / "rounds.csv")) >= 2
+
+
+def test_sigterm_ends_a_run_through_its_handlers_keeping_the_round_that_waited_for_its_evaluation(tmp_path):
+    """`kill` or a scheduler's time limit (SIGTERM) ended an inline run at once: the round whose evaluation rode on
+    the next round's training was lost, no failed-<run_id>.txt said the run had ended, and its lock file stayed."""
+    import signal
+    import time
+
+    runs = tmp_path / "runs"
+    args = [sys.executable, str(ROOT / "simulate.py"), "backend=inline", "model=mlp_small", "fl.rounds=400",
+            "secagg=none", f"results.dir={runs}"]
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not any(len(p.read_text().splitlines()) > 3 for p in runs.glob("*/rounds.csv")):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM
+    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    rows = pd.read_csv(folder / "rounds.csv")
+    (failed,) = folder.glob("failed-*.txt")
+    assert failed.name == f"failed-{rows['run_id'].iloc[0]}.txt" and "SystemExit" in failed.read_text()
+    assert not (folder / "running.lock").exists() and not (folder / "done.json").exists()
+    assert list(rows["round"]) == list(range(len(rows))) and len(rows) >= 3

@@ -3,6 +3,7 @@ import pytest
 from omegaconf import OmegaConf
 
 import fl
+import secagg
 from fl.config import ConfigError, as_dict, validate
 from fl.results import config_hash
 
@@ -339,3 +340,24 @@ def test_a_summary_width_whose_field_would_pass_32_bits_is_refused_before_any_wo
     assert list(tmp_path.iterdir()) == []
     validate(fl.compose(["compression.sketch_quant_bits=28"]))  # 32 bits: the widest field
     validate(fl.compose(["compression.sketch_quant_bits=31", "compression.index_policy=randk"]))  # no summary
+
+
+def test_where_digits_would_be_found_has_one_spelling():
+    """digits is scikit-learn's bundled file: dataset.root and dataset.download read nothing for it."""
+    plain = validate(fl.compose(["secagg=none"]))
+    spelled = validate(fl.compose(["secagg=none", "dataset.root=/elsewhere", "dataset.download=true"]))
+    assert config_hash(as_dict(spelled)) == config_hash(as_dict(plain))
+
+
+@pytest.mark.parametrize("protocol,n,spelled", [("dh", 8, ["secagg.threshold=5"]), ("dh", 10, ["secagg.threshold=6"]),
+                                                 ("secaggplus", 8, ["secagg.neighbours=6", "secagg.threshold=4"]),
+                                                 ("secaggplus", 20, ["secagg.neighbours=10"])])
+def test_the_default_threshold_and_degree_spelled_out_have_one_spelling(protocol, n, spelled):
+    """secagg.bits at its automatic width is one spelling already; a strict-majority threshold (or SecAgg+'s
+    default degree) written out ran the same rounds under another config hash."""
+    base = [f"secagg={protocol}", f"fl.num_clients={n}", f"fl.clients_per_round={n}", "compression.ratio=0.1"]
+    assert config_hash(as_dict(validate(fl.compose([*base, *spelled])))) == \
+        config_hash(as_dict(validate(fl.compose(base))))
+    higher = secagg.make_round(protocol, bytes(32), range(n), 1).threshold + 1
+    other = validate(fl.compose([*base, f"secagg.threshold={higher}"]))  # another threshold is a setting
+    assert other.secagg.threshold == higher

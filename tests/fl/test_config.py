@@ -361,3 +361,11 @@ def test_the_default_threshold_and_degree_spelled_out_have_one_spelling(protocol
     higher = secagg.make_round(protocol, bytes(32), range(n), 1).threshold + 1
     other = validate(fl.compose([*base, f"secagg.threshold={higher}"]))  # another threshold is a setting
     assert other.secagg.threshold == higher
+
+
+def test_a_codec_seed_of_null_is_refused_for_a_run():
+    """None is the codecs' own 'fresh OS entropy': two runs under one config hash gave different accuracy, and
+    the second was then skipped as finished."""
+    with pytest.raises(ConfigError, match="options.seed=null.*would not repeat"):
+        validate(fl.compose(["secagg=none", "compression=qsgd", "+compression.options.seed=null"]))
+    assert validate(fl.compose(["secagg=none", "compression=qsgd", "+compression.options.seed=3"]))

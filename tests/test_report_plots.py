@@ -9,7 +9,6 @@ import pytest
 from experiments import report
 
 
-
 def _mark_done(run):
     """The done.json a finished run writes last: its run id and number of rows."""
     rows = pd.read_csv(run / "rounds.csv")

@@ -511,8 +511,6 @@ def test_every_model_runs_a_federated_round_on_every_dataset(tmp_path, tiny, dat
     assert rows["bytes_up"].iloc[0] > 0
 
 
-
-
 def test_a_revived_worker_catches_up_and_trains_its_clients_from_the_model_they_hold(tmp_path, monkeypatch):
     """A worker replaced before round 3 holds no model while the broadcast is a delta: it is sent the dense
     model of round 2 first, so (with no client state to lose) the run is the run without the replacement."""

@@ -254,7 +254,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options, **extra)
     except (TypeError, ValueError) as err:
         raise ConfigError(f"compression {c.compression.name!r}: {err}") from None
-    if "seed" in c.compression.options and c.compression.options.seed is None:  # a codec's own use may want it
+    if "seed" in c.compression.options and c.compression.options.seed is None:  # OS entropy: for codecs used alone
         raise ConfigError(f"compression.options.seed=null draws the {c.compression.name!r} codec's randomness from "
                           "the OS: a run would not repeat under its config hash (and a rerun is skipped as finished); "
                           "give a non-negative integer")

@@ -84,7 +84,7 @@ def corrected_update(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray,
         return update, n
     t0 = time.perf_counter()
     corrected = update + residual.astype(np.float32)
-    t["t_encode"] = t.get("t_encode", 0.0) + time.perf_counter() - t0  # error feedback, as a plain round's codec counts it
+    t["t_encode"] = t.get("t_encode", 0.0) + time.perf_counter() - t0  # error feedback is encoding, as in plain rounds
     return corrected, n
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import struct
 from fractions import Fraction
 
@@ -92,7 +93,8 @@ class CountSketchCompression(Codec):
         super().__init__(ratio)
         if isinstance(rows, bool) or not isinstance(rows, (int, np.integer)) or not 1 <= rows <= _MAX_ROWS:
             raise ValueError(f"rows must be an integer in [1, {_MAX_ROWS}], got {rows!r}")
-        if not (isinstance(cols_per_k, (int, float)) and cols_per_k > 0):
+        if isinstance(cols_per_k, bool) or not isinstance(cols_per_k, numbers.Real) or not (
+                math.isfinite(cols_per_k) and cols_per_k > 0):
             raise ValueError(f"cols_per_k must be a positive number, got {cols_per_k!r}")
         seed = check_seed(seed)
         if seed is None or seed >= 2**64:

@@ -23,17 +23,19 @@ class ErrorFeedback:
     The caller keeps the residual (one per client, across rounds) and passes it back next round.
 
     The invariant holds for any codec; whether the residual stays bounded depends on the codec
-    being a contraction (top-k, rand-k, ternary, the quantizers are). A count sketch decoded with
-    too few rows or too many heavy hitters is not, and its residual diverges; its defaults keep it
-    from exploding, though it still grows (see `CountSketchCompression`), and `SketchAccumulator` keeps
-    the feedback on the server instead.
+    being a contraction (top-k, rand-k, ternary, fp16 and int8 are; QSGD with fewer levels than sqrt(n)
+    is not: its error can exceed the input, which is one reason unbiased codecs run without feedback). A
+    count sketch decoded with too few rows or too many heavy hitters is not, and its residual diverges; its
+    defaults keep it from exploding, though it still grows (see `CountSketchCompression`), and
+    `SketchAccumulator` keeps the feedback on the server instead.
     """
 
     def __init__(self, codec: Codec):
         self.codec = codec
 
     def encode(self, update: np.ndarray, residual: np.ndarray | None) -> tuple[bytes, np.ndarray]:
-        """(payload, new float32 residual) for this round's `update`."""
+        """(payload, new float32 residual) for this round's `update`; ValueError if the residual overflows float32
+        (a decoded entry of the other sign near float32's limit: a count sketch's estimate, a rotation's)."""
         corrected = check_vector(update)
         if residual is not None:
             residual = check_vector(residual)
@@ -42,7 +44,10 @@ class ErrorFeedback:
             corrected = corrected + residual
         payload = self.codec.encode(corrected)
         # Decoding what was sent (rather than trusting the codec's internals) gives exactly what the server sees.
-        new_residual = corrected - self.codec.decode(payload, corrected.size)
+        with np.errstate(over="ignore"):  # a decoded entry of the other sign near float32's limit: refused below
+            new_residual = corrected - self.codec.decode(payload, corrected.size)
+        if not np.isfinite(new_residual).all():  # stored, it would refuse every later update of this client
+            raise ValueError("error feedback: the residual (input - decoded) overflows float32")
         return payload, new_residual
 
     def __repr__(self) -> str:

@@ -36,7 +36,8 @@ class MaskedLayout:
         """The weight, stochastically rounded to WEIGHT_BITS (unbiased), as base-2^(quant_bits-1) digits."""
         scaled = min(max(float(w), 0.0), (2**WEIGHT_BITS - 1) / self.weight_scale) * self.weight_scale
         whole = int(np.floor(scaled))
-        whole += int(rng.random() < scaled - whole)
+        # scaled may pass 2^15 - 1 by an ulp: 2^15 does not fit WEIGHT_BITS (a single 15-bit digit reads 0)
+        whole = min(whole + int(rng.random() < scaled - whole), 2**WEIGHT_BITS - 1)
         mask = (1 << self.digit_bits) - 1
         return np.array([(whole >> (self.digit_bits * j)) & mask for j in range(self.digits)], np.uint32)
 

@@ -165,6 +165,8 @@ def test_decode_rejects_malformed_payloads():
 
 
 def test_bad_options_are_refused():
-    for options in ({"rows": 0}, {"rows": 65}, {"cols_per_k": 0}, {"seed": None}, {"seed": -3}):
+    for options in ({"rows": 0}, {"rows": 65}, {"cols_per_k": 0}, {"cols_per_k": float("inf")},
+                    {"cols_per_k": float("nan")}, {"cols_per_k": True}, {"seed": None}, {"seed": -3}):
         with pytest.raises(ValueError):
             CountSketchCompression(0.1, **options)
+    assert CountSketchCompression(0.1, cols_per_k=np.float32(2.0)).k_for(1000) == 10  # a numpy float is a number

@@ -85,3 +85,17 @@ def test_feedback_shrinks_the_accumulated_error_of_a_constant_update(name):
         sent += codec.decode(payload, 1000)
     without = 100 * codec.decode(codec.encode(update), 1000)
     assert np.linalg.norm(sent - 100 * update) < 0.5 * np.linalg.norm(without - 100 * update)
+
+
+def test_a_residual_that_overflows_float32_is_refused_not_returned_as_inf():
+    """A count sketch's estimate can have the other sign than the entry (another entry's mass in its bucket): near
+    float32's limit input - decoded overflows. Returned, the Inf residual would refuse every later update of the
+    client; refused, the caller drops this round's message (a ValueError, as for a non-finite update)."""
+    update = np.array([-2.55, 2.04, 1.76, -1.6, 2.31, -2.7, -1.0, -2.14], np.float32) * np.float32(1e38)
+    codec = compression.get("countsketch")(1.0, rows=1, cols_per_k=1.0)
+    decoded = codec.decode(codec.encode(update), 8)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(update - decoded).all()  # this input does overflow the residual
+    with np.errstate(over="raise"):  # and no numpy overflow warning escapes either
+        with pytest.raises(ValueError, match="residual .* overflows float32"):
+            ErrorFeedback(codec).encode(update, None)

@@ -412,6 +412,21 @@ def test_the_weight_travels_in_digits_and_its_sum_is_exact_at_every_width(quant)
     assert weight == whole / layout.weight_scale
 
 
+def test_a_weight_at_max_weight_never_rounds_past_15_bits():
+    """max_weight / (32767 / max_weight) * ... can land an ulp above 32767 (here by 3.6e-12): a draw below that
+    fraction must not make the weight 32768, whose single 15-bit digit is 0 (the client would weigh nothing)."""
+    max_weight = 4.428571428571429
+    layout = MaskedLayout(_plan(4, field=(f"secagg.max_weight={max_weight}",)), 0, 0)
+
+    class LowestDraw:
+        def random(self):
+            return 0.0
+
+    digits = layout.weight(max_weight, LowestDraw())
+    _, weight, _ = layout.unpack(digits.copy())
+    assert weight == pytest.approx(max_weight)
+
+
 def test_a_roster_or_unmask_request_that_does_not_decode_drops_the_clients_given_it_not_the_run(tmp_path, monkeypatch):
     """The server's roster (step 2) and unmask request (step 4) are checked by each client as any message: one
     that does not decode is that worker's clients' refusal, counted as dropouts at that step, and the run goes

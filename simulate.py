@@ -72,7 +72,7 @@ if __name__ == "__main__":
         for line in UNFINISHED:  # cells of the sweep that had already ended without finishing
             print(f"  also did not finish: {line}", file=sys.stderr)
         sys.exit(130)
-    if UNFINISHED:  # a sweep whose every cell did not finish: say which, and exit 1 (rerun to resume)
+    if UNFINISHED:  # a sweep with cells that did not finish: say which, and exit 1 (rerun to resume)
         print(f"fedsqueeze: {len(UNFINISHED)} cell(s) of the sweep did not finish; rerun the command to retry:",
               file=sys.stderr)
         for line in UNFINISHED:

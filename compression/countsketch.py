@@ -269,9 +269,5 @@ class SketchAccumulator:
             self.table[r] -= np.bincount(buckets, weights=signs * values.astype(np.float64), minlength=self.hashes.cols)
         return positions, values
 
-    def estimate(self) -> np.ndarray:
-        """The current estimate of every entry of what is still accumulated (float32)."""
-        return self.hashes.estimate(self.table.astype(np.float32))
-
 
 register("countsketch", CountSketchCompression)

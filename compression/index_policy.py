@@ -70,7 +70,7 @@ class IndexPolicy:
     1. `positions(r)` -> the sorted index set I_r and the public seed it came from (seed != 0 means
        clients can derive I_r from the seed alone, so the positions need not be sent); under `fresh`
        (None, 0): the set is chosen mid-round, by `choose(r, sketch_table)`;
-    2. `sketch(r)` -> the CountSketch clients fill this round, or None;
+    2. `sketch(r)` -> the table clients fill this round (a CountSketch, or `fresh`'s summary), or None;
     3. `observe(r, positions, aggregate, sketch_table)` after the server has the round's sum.
     """
 
@@ -121,7 +121,7 @@ class IndexPolicy:
         seed = public_seed(self.root, round, PURPOSE_INDEX)
         return random_positions(self.length, self.k, seed), seed
 
-    def sketch(self, round: int) -> CountSketch | BlockEnergy | None:
+    def sketch(self, round: int) -> CountSketch | BlockEnergy | Marginals | ExactSummary | EnergySummary | None:
         if self.summary is not None:
             return self.summary
         if self.shape is None:

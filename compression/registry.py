@@ -1,8 +1,8 @@
 """Registry of compression protocols: config names -> codec classes.
 
-The config's `compression_protocol` is looked up here, so a typo fails when the config is composed,
-with an error that lists every registered name. The seed framework's class names (`TopKProtocol`)
-are accepted as aliases so old configs keep working.
+The config's `compression.name` (`compression_protocol` in fl.run_server) is looked up here, so a typo fails
+when the config is validated, before any work, with an error that lists every registered name. The seed
+framework's class names (`TopKProtocol`) are accepted as aliases so old configs keep working.
 """
 
 from __future__ import annotations

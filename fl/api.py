@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from omegaconf import DictConfig, OmegaConf, open_dict  # noqa: F401
+from omegaconf import DictConfig, OmegaConf
 
 import compression
 import secagg

@@ -266,6 +266,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             f"position by position; use {', '.join(MASKABLE)} (a shared index set) or a linear codec "
             f"({', '.join(n for n in compression.names() if getattr(compression.get(n), 'linear', False))}), or "
             "compression.client=false")
+    if secagg.get(c.secagg.name).masks and uploads and c.compression.name in MASKABLE and not codec.biased:
+        raise ConfigError(
+            f"compression {c.compression.name!r} with unbiased values cannot be masked: masked values travel at the "
+            "shared index set as they are (no n/k scaling) and clients keep their residuals, so the run would be the "
+            "biased codec without error feedback under another name; leave the option out, or use secagg=none")
     if secagg.get(c.secagg.name).masks and linear and (missing := missing_linear_methods(codec)):
         raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
                           f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")

@@ -38,10 +38,6 @@ class Dataset:
     num_classes: int
 
     @property
-    def num_features(self) -> int:
-        return int(np.prod(self.x_train.shape[1:]))
-
-    @property
     def input_shape(self) -> tuple[int, ...]:
         """Shape of one sample: (64,) for digits, (1, 28, 28) for MNIST, (3, 32, 32) for CIFAR-10."""
         return tuple(int(d) for d in self.x_train.shape[1:])

@@ -1,5 +1,5 @@
 """The error every part of fl raises for a configuration that must not run: its own module, so the parts
-that check their section of the config (data, models, the plan) never import fl.config."""
+that refuse input outside fl.config (fl.data, fl.runtime.pool) need not import fl.config, which imports fl.data."""
 
 
 class ConfigError(ValueError):

@@ -266,11 +266,6 @@ def set_flat(model: nn.Module, flat: np.ndarray) -> None:
             offset += p.numel()
 
 
-def layout(model: nn.Module) -> list[tuple[str, tuple[int, ...]]]:
-    """(name, shape) of each parameter, in flat-vector order."""
-    return [(name, tuple(p.shape)) for name, p in model.named_parameters()]
-
-
 def param_table() -> list[tuple[str, dict[str, int]]]:
     """(model, {dataset: parameters}) for every conf/model/*.yaml on every dataset's input shape."""
     from pathlib import Path

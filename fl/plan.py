@@ -61,7 +61,7 @@ class Plan:
     sketch_bits: int | None = None               # `fresh`: quantization bits of the masked sketch (None: quant_bits)
     linear_bits: int | None = None               # a linear codec's own quantization bits (None: quant_bits)
     linear_clip: float | None = None             # ... and the clip of its table's cells (None: sketch_clip)
-    quant_bits: int | None = None                # fixed-point bits per client value (None: the widest that fits)
+    quant_bits: int | None = None                # fixed-point bits per client value (secagg.quant_bits; None: unmasked)
     server_lr: float = 1.0                       # the server's step (fl.server.ServerStep)
     server_momentum: float = 0.0
 

@@ -16,12 +16,15 @@ class UnknownProtocolError(ValueError):
 
 
 def register(name: str, cls: type, aliases: Iterable[str] = ()) -> None:
-    """Register `cls` under `name` and `aliases`; re-registering the same class is a no-op."""
+    """Register `cls` under `name` and `aliases`; re-registering the same class is a no-op. A name or alias taken by
+    another protocol, compared case-insensitively (lookup falls back to that, as compression.register's does),
+    raises ValueError: `Dh` beside `dh` would take over the spelling `DH`."""
     aliases = tuple(aliases)
+    owners = {**_PROTOCOLS, **{alias: _PROTOCOLS[target] for alias, target in _ALIASES.items()}}
     for key in (name, *aliases):
-        taken = _PROTOCOLS.get(key) or _PROTOCOLS.get(_ALIASES.get(key, ""))
-        if taken is not None and taken is not cls:
-            raise ValueError(f"mask protocol name {key!r} is already registered to {taken.__name__}")
+        for taken_key, taken in owners.items():
+            if taken_key.casefold() == str(key).casefold() and taken is not cls:
+                raise ValueError(f"mask protocol name {key!r} is already registered to {taken.__name__}")
     _PROTOCOLS[name] = cls
     for alias in aliases:
         _ALIASES[alias] = name

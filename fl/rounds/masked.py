@@ -162,10 +162,11 @@ def _send(worker, exchange: int, cid: int, bundle: bytes, bits: int, t: dict, bu
 
 def masked_sketch(worker, broadcast: bytes, round: int, bundles: dict[int, bytes], clients: list[int],
                   catchup: bytes | None, t: dict):
-    """Exchange 1 of `fresh`: train, and mask the summary (block energies or count sketch) of the weighted
-    error-corrected update, and a unit weight; the update is held for exchange 2, which masks its values and
-    its weight at the positions the summed summary picks. The weight slot's sum counts the clients summed: the
-    client's own weight goes only into exchange 2, so the two sums never differ by it."""
+    """Exchange 1 of `fresh`: train, and mask the summary (compression.fresh_summary: marginals, block energies, count
+    sketch, the update itself or its squares) of the weighted error-corrected update, and a unit weight; the update
+    is held for exchange 2, which masks its values and its weight at the positions the summed summary picks. The
+    weight slot's sum counts the clients summed: the client's own weight goes only into exchange 2, so the two sums
+    never differ by it."""
     plan = worker.plan
     t["t_sync"] += sync(worker, broadcast, round, catchup)
     worker.staged_round = round

@@ -369,3 +369,13 @@ def test_a_codec_seed_of_null_is_refused_for_a_run():
     with pytest.raises(ConfigError, match="options.seed=null.*would not repeat"):
         validate(fl.compose(["secagg=none", "compression=qsgd", "+compression.options.seed=null"]))
     assert validate(fl.compose(["secagg=none", "compression=qsgd", "+compression.options.seed=3"]))
+
+
+def test_unbiased_randk_is_refused_under_masking():
+    """Masked values travel unscaled at the shared index set; the codec's unbiased flag only turned error feedback
+    off, so the run was biased rand-k without feedback under the unbiased name."""
+    masked = ["secagg=dh", "compression=randk", "compression.ratio=0.1", "+compression.options.unbiased=true"]
+    with pytest.raises(ConfigError, match="unbiased values cannot be masked"):
+        validate(fl.compose(masked))
+    assert validate(fl.compose(["secagg=none", *masked[1:]]))  # without masking it scales by n/k
+    assert validate(fl.compose([*masked[:3], "+compression.options.unbiased=false"]))

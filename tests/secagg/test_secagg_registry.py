@@ -46,6 +46,16 @@ def test_a_taken_name_cannot_be_registered_to_another_class():
     assert secagg.get("DHProtocol") is DHProtocol
 
 
+def test_a_name_differing_only_in_case_cannot_take_over_a_spelling():
+    """`Dh` was accepted beside `dh`, and then `DH` (and `Dh`) resolved to the newcomer, where before they meant
+    dh: compression's registry refuses such a name, the mask-protocol registry now does too."""
+    with pytest.raises(ValueError, match="already registered"):
+        secagg.register("Dh", object)
+    with pytest.raises(ValueError, match="already registered"):
+        secagg.register("other", object, aliases=("dhprotocol",))
+    assert secagg.get("DH") is DHProtocol and "Dh" not in secagg.names() and "other" not in secagg.names()
+
+
 def test_protocol_namespaces_say_whether_they_mask_and_over_which_graph():
     assert DHProtocol.masks and DHProtocol.name == "dh" and DHProtocol.full_graph
     assert SecAggPlusProtocol.masks and SecAggPlusProtocol.name == "secaggplus" and not SecAggPlusProtocol.full_graph

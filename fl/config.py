@@ -387,7 +387,7 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
     test fraction on a dataset with its own test split, where digits would be found, a model key its model does
     not read: `model.norm` but for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an
-    MLP) are reset to defaults; mask settings at what null stands for (threshold, degree, field width) are null."""
+    MLP) are reset to defaults, an evaluation period past the last round to the last round; mask settings at what null stands for (threshold, degree, field width) are null."""
     data, data_defaults = c.dataset, DatasetConfig()
     for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
         if data.partition != read_by:
@@ -403,6 +403,8 @@ def canonical_settings(c: DictConfig) -> DictConfig:
         model.norm = model_defaults.norm  # only resnet_small has normalization layers
     if model.name not in CONV_MODELS + NORM_MODELS:
         model.channels = []  # an MLP has no convolution stages
+    last = max(c.fl.rounds - 1, 1)  # rounds 0 and rounds - 1 are always evaluated: every larger period is this one
+    c.fl.eval_every = min(c.fl.eval_every, last)
     comp, defaults = c.compression, CompressionConfig()
     masks = secagg.get(c.secagg.name).masks
     if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:

@@ -379,3 +379,12 @@ def test_unbiased_randk_is_refused_under_masking():
         validate(fl.compose(masked))
     assert validate(fl.compose(["secagg=none", *masked[1:]]))  # without masking it scales by n/k
     assert validate(fl.compose([*masked[:3], "+compression.options.unbiased=false"]))
+
+
+def test_an_evaluation_period_past_the_last_round_has_one_spelling():
+    """Rounds 0 and rounds - 1 are always evaluated, so every fl.eval_every >= rounds - 1 evaluates the same rounds:
+    20 and 50 ran bit for bit the same 20-round run under two hashes."""
+    def spelled(every, rounds=20):
+        return config_hash(as_dict(validate(fl.compose(["secagg=none", f"fl.rounds={rounds}", f"fl.eval_every={every}"]))))
+    assert spelled(19) == spelled(20) == spelled(50) != spelled(18)
+    assert spelled(1, rounds=2) == spelled(5, rounds=2) and spelled(1, rounds=1) == spelled(3, rounds=1)

@@ -2,7 +2,8 @@
 
 Datasets: `digits` (scikit-learn's bundled 8x8 digits, the offline default) and `mnist`,
 `fashion_mnist`, `cifar10` read by torchvision's own dataset classes from files the user placed under
-`dataset.root` (downloaded there only with `dataset.download=true`). Images come out as float32
+`dataset.root` or found in `dataset.system_dirs` (Debian's packages; gzipped files unpacked into `dataset.cache`),
+downloaded into the root only with `dataset.download=true`. Images come out as float32
 (n, C, H, W) standardized per channel with train statistics; digits as (n, 64). Labels are int64.
 """
 from __future__ import annotations

@@ -163,7 +163,8 @@ def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int, torch_ve
         "num_clients": cfg.fl.num_clients, "clients_per_round": cfg.fl.clients_per_round,
         "compression": cfg.compression.name, "ratio": cfg.compression.ratio,
         "client_compression": cfg.compression.client, "server_compression": plan.broadcast_codec.name != "none",
-        "error_feedback": plan.error_feedback, "secagg": cfg.secagg.name,  # whether it acted, not the switch
+        "error_feedback": plan.error_feedback,  # whether clients kept residuals, not the switch
+        "secagg": cfg.secagg.name,
         **environment.describe(cfg.device, cfg.backend, size, torch_version), "index_policy": plan.index_policy_name,
         "field_bits": plan.masked_field_bits if plan.masked else "",
     }

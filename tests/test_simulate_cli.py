@@ -6,6 +6,8 @@ import sys
 import pandas as pd
 import pytest
 
+from fl.results import read_rows
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
@@ -95,7 +97,7 @@ def test_sigterm_ends_a_run_through_its_handlers_keeping_the_round_that_waited_f
     proc.communicate(timeout=60)
     assert proc.returncode == 128 + signal.SIGTERM
     (folder,) = [p for p in runs.iterdir() if p.is_dir()]
-    rows = pd.read_csv(folder / "rounds.csv")
+    rows = read_rows(folder / "rounds.csv")  # a run id such as 20847470e222 must not read as a number
     (failed,) = folder.glob("failed-*.txt")
     assert failed.name == f"failed-{rows['run_id'].iloc[0]}.txt" and "SystemExit" in failed.read_text()
     assert not (folder / "running.lock").exists() and not (folder / "done.json").exists()

@@ -7,7 +7,7 @@ import pytest
 
 import fl
 from fl import wire
-from fl.results import COLUMNS
+from fl.results import COLUMNS, read_rows
 from fl.rounds import masked
 from fl.runtime.worker import Worker
 
@@ -209,7 +209,7 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
     rows = small(tmp_path, f"fl.eval_overlap={overlap}")
     assert len(rows) == 3 and (folder / "done.json").exists() and rows["accuracy"].notna().all()
     kept = list(folder.glob("rounds.incomplete-*.csv"))
-    killed = pd.read_csv(kept[0])
+    killed = read_rows(kept[0])  # its run id read as the string it is
     assert len(kept) == 1 and len(killed) == 2
     # named for the run whose rows they are, as its failed-<run_id>.txt is; the rerun is another run
     assert kept[0].name == f"rounds.incomplete-{killed['run_id'].iloc[0]}.csv" != f"rounds.incomplete-{rows['run_id'].iloc[0]}.csv"

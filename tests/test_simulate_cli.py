@@ -1,5 +1,6 @@
 """`python simulate.py`: the Hydra entry point runs, writes rows, and refuses bad input before any work."""
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -61,9 +62,9 @@ def test_a_cell_another_process_is_running_is_left_to_it_and_a_sweep_goes_on(tmp
         theirs.release()
 
 
-def test_ctrl_c_ends_a_run_with_one_line_and_status_130_keeping_its_rows(tmp_path):
-    """Interrupted mid-run: no trace of whatever torch was doing, and its rows so far kept (unfinished)."""
-    import signal
+def _stop_a_long_run(tmp_path, sig, after_rows: int):
+    """Start a 400-round inline run, send it `sig` once its rounds.csv holds more than `after_rows` lines; its
+    (process, stderr, results folder)."""
     import time
 
     runs = tmp_path / "runs"
@@ -71,32 +72,27 @@ def test_ctrl_c_ends_a_run_with_one_line_and_status_130_keeping_its_rows(tmp_pat
             "secagg=none", f"results.dir={runs}"]
     proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(len(p.read_text().splitlines()) > 2 for p in runs.glob("*/rounds.csv")):
+    while time.monotonic() < deadline and not any(len(p.read_text().splitlines()) > after_rows
+                                                  for p in runs.glob("*/rounds.csv")):
         time.sleep(0.2)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130 and "Traceback" not in err and "fedsqueeze: interrupted." in err
     (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    return proc, err, folder
+
+
+def test_ctrl_c_ends_a_run_with_one_line_and_status_130_keeping_its_rows(tmp_path):
+    """Interrupted mid-run: no trace of whatever torch was doing, and its rows so far kept (unfinished)."""
+    proc, err, folder = _stop_a_long_run(tmp_path, signal.SIGINT, 2)
+    assert proc.returncode == 130 and "Traceback" not in err and "fedsqueeze: interrupted." in err
     assert not (folder / "done.json").exists() and len(pd.read_csv(folder / "rounds.csv")) >= 2
 
 
 def test_sigterm_ends_a_run_through_its_handlers_keeping_the_round_that_waited_for_its_evaluation(tmp_path):
     """`kill` or a scheduler's time limit (SIGTERM) ended an inline run at once: the round whose evaluation rode on
     the next round's training was lost, no failed-<run_id>.txt said the run had ended, and its lock file stayed."""
-    import signal
-    import time
-
-    runs = tmp_path / "runs"
-    args = [sys.executable, str(ROOT / "simulate.py"), "backend=inline", "model=mlp_small", "fl.rounds=400",
-            "secagg=none", f"results.dir={runs}"]
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not any(len(p.read_text().splitlines()) > 3 for p in runs.glob("*/rounds.csv")):
-        time.sleep(0.2)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    proc, _, folder = _stop_a_long_run(tmp_path, signal.SIGTERM, 3)
     assert proc.returncode == 128 + signal.SIGTERM
-    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
     rows = read_rows(folder / "rounds.csv")  # a run id such as 20847470e222 must not read as a number
     (failed,) = folder.glob("failed-*.txt")
     assert failed.name == f"failed-{rows['run_id'].iloc[0]}.txt" and "SystemExit" in failed.read_text()

@@ -109,6 +109,7 @@ class RunLog:
         self.started_at = time.time()  # the run's start (wall clock), written to done.json with the rounds' span
         self._file = None
         self._lock: int | None = None  # the descriptor of the folder's lock while this run holds it
+        self.last_round: int | None = None  # the round of the last row written (an interrupt's handler asks it)
 
     def finished(self) -> bool:
         return finished(self.dir)
@@ -173,6 +174,7 @@ class RunLog:
 
     def write(self, row: dict) -> None:
         self._writer.writerow({k: row.get(k, "") for k in COLUMNS})
+        self.last_round = row.get("round")
         self._file.flush()
 
     def finish(self, summary: dict) -> None:

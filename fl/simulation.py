@@ -128,6 +128,8 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
         bar.close()
         timeline["rounds_ended_at"] = time.time()
     except BaseException as err:
+        if waiting is not None and log.last_round == waiting[0]["round"]:  # interrupted just after writing it
+            waiting = None
         if waiting is not None and isinstance(err, Diverged) and carried is not None:
             _log_evaluated(log, rows, bar, waiting, carried)  # the last finite model's evaluation came back
         elif waiting is not None:  # the round's row is kept, without the evaluation it was waiting for

@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 
 import fl
+import fl.simulation as sim
 from fl import wire
 from fl.results import COLUMNS, read_rows
 from fl.rounds import masked
@@ -185,12 +186,28 @@ def test_rerunning_a_finished_configuration_skips_it_and_keeps_its_rows(tmp_path
     assert list(plain.columns) == COLUMNS and plain["t_mask"].isna().all()
 
 
+def test_an_interrupt_just_after_the_carried_row_is_written_does_not_write_it_again(tmp_path, monkeypatch):
+    """Ctrl-C or SIGTERM landing after round 1's row (evaluated inside round 2) reached the file but before the run
+    let go of it: the handler wrote the row a second time (rounds 0, 1, 1 in a CI run of the SIGTERM test)."""
+    original = sim.log_round
+
+    def interrupted_after_round_1(log, rows, row, *args):
+        original(log, rows, row, *args)
+        if row["round"] == 1:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sim, "log_round", interrupted_after_round_1)
+    with pytest.raises(KeyboardInterrupt):
+        small(tmp_path, "fl.eval_overlap=true")
+    (kept,) = tmp_path.glob("*/rounds.csv")
+    rows = read_rows(kept)
+    assert list(rows["round"]) == [0, 1] and rows["accuracy"].notna().all()
+
+
 @pytest.mark.parametrize("overlap", ["true", "false"])
 def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_path, monkeypatch, overlap):
     """Killed in round 2: rounds 0 and 1 are on disk. With the evaluation carried, round 1's row was waiting for
     round 2 to bring its evaluation: it is written without it."""
-    import fl.simulation as sim
-
     original = sim.Server.broadcast
 
     def crash_in_round_2(self, r, *a, **kw):

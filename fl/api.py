@@ -36,8 +36,11 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
     """Map the seed framework's names onto the config; a protocol of None is 'none' (off). The switches of
     None keep the codec's preset (conf/compression/<name>.yaml: both on, but qsgd's broadcast, which diverges).
     Other keys: dotted paths ('dataset.alpha'), a section as a dict (`results={'dir': 'out'}`), `fl` fields by
-    their short name (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`) or a config group by
-    option name (`model='mlp_small'`)."""
+    their short name (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`) or the `model` or `dataset`
+    group by option name (`model='mlp_small'`)."""
+    for group, switch in (("secagg", "mask_protocol"), ("compression", "compression_protocol")):
+        if isinstance(other_config.get(group), str):  # these two groups are chosen by the seed framework's switches
+            raise ConfigError(f"{group}={other_config[group]!r}: choose it with {switch}={other_config[group]!r}")
     try:
         groups = [_protocol("secagg", secagg.canonical("none" if mask_protocol is None else mask_protocol)),
                   _protocol("compression",

@@ -159,8 +159,9 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     try:  # unknown keys (even ones forced in with `+key=`) and wrong types raise here
         plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
         typed = OmegaConf.merge(schema, plain)
-    except Exception as err:
-        raise ConfigError(str(err).splitlines()[0]) from None
+    except Exception as err:  # OmegaConf names the key on a later line, dropped here: put it first
+        key, first = getattr(err, "full_key", ""), str(err).splitlines()[0]
+        raise ConfigError(f"{key}: {first}" if key else first) from None
     c = typed
     try:
         c.compression.name = compression.canonical(c.compression.name)
@@ -249,6 +250,9 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         layered = [n for n in compression.names() if _has_layers(n)]
         raise ConfigError(f"compression.per_layer=true: {c.compression.name!r} has no per-layer form; "
                           f"{', '.join(layered)} have (selection or scales per layer)")
+    if "layout" in c.compression.options:  # the model's layer sizes (a wrong one fails the first upload)
+        raise ConfigError("compression.options.layout is the model's layer sizes, which compression.per_layer=true "
+                          "gives the codec; leave it out")
     try:  # the codec accepts its options (a typo'd option name fails here)
         extra = {"layout": [1]} if per_layer else {}
         codec = compression.get(c.compression.name)(c.compression.ratio, **c.compression.options, **extra)
@@ -305,6 +309,9 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         for key in ("clip", "sketch_clip", "max_weight"):
             if not 0 < getattr(c.secagg, key) < math.inf:
                 raise ConfigError(f"secagg.{key} must be > 0 and finite, got {getattr(c.secagg, key)}")
+        if c.secagg.max_weight < 1:  # the heaviest client holds at least the mean: check_weights refuses every split
+            raise ConfigError(f"secagg.max_weight must be at least 1 (a client of mean size weighs 1, and the "
+                              f"heaviest client at least that), got {c.secagg.max_weight}")
         if c.secagg.max_weight > 2**WEIGHT_BITS - 1:  # a client of mean size (weight 1) would round to 0
             raise ConfigError(f"secagg.max_weight must be at most {2**WEIGHT_BITS - 1} (the weight travels in "
                               f"{WEIGHT_BITS} bits, so a client of mean size would weigh 0), got {c.secagg.max_weight}")
@@ -387,7 +394,8 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
     test fraction on a dataset with its own test split, where digits would be found, a model key its model does
     not read: `model.norm` but for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an
-    MLP) are reset to defaults, an evaluation period past the last round to the last round; mask settings at what null stands for (threshold, degree, field width) are null."""
+    MLP) are reset to defaults, an evaluation period past the last round to the last round; mask settings at what null stands for (threshold, degree, field width) are null, and a float codec option
+    written as an integer is a float."""
     data, data_defaults = c.dataset, DatasetConfig()
     for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
         if data.partition != read_by:
@@ -418,6 +426,11 @@ def canonical_settings(c: DictConfig) -> DictConfig:
         comp.options, comp.per_layer = {}, False
     feedback = False  # whether clients keep residuals, as fl.plan.Plan.build decides
     if comp.name != "none":
+        params = inspect.signature(compression.get(comp.name)).parameters
+        for key, value in comp.options.items():  # a float option written as an integer (clip=1): one spelling
+            default = params[key].default if key in params else None
+            if isinstance(default, float) and isinstance(value, int) and not isinstance(value, bool):
+                comp.options[key] = float(value)
         codec = compression.get(comp.name)(comp.ratio, **comp.options)
         linear_masked = comp.client and masks and getattr(codec, "linear", False)
         feedback = comp.client and comp.error_feedback and codec.biased and not linear_masked

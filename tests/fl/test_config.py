@@ -132,6 +132,8 @@ def test_run_server_refuses_unknown_keyword():
     ("fl.weight_decay=inf", "weight_decay"),
     ("secagg.max_weight=inf", "secagg.max_weight must be > 0 and finite, got inf"),
     ("secagg.max_weight=1e300", r"secagg.max_weight must be at most 32767 .* a client of mean size would weigh 0"),
+    # every split has a client of at least the mean size: refused when the run started, after its sweep's checks
+    ("secagg.max_weight=0.99", r"secagg.max_weight must be at least 1 .*got 0.99"),
     ("secagg.sketch_clip=inf", "sketch_clip"),
     ("compression.prev_topk_random=nan", r"prev_topk_random \(a share of k\) must be in \[0, 1\]"),
     ("compression.prev_topk_random=2", "prev_topk_random"),
@@ -388,3 +390,40 @@ def test_an_evaluation_period_past_the_last_round_has_one_spelling():
         return config_hash(as_dict(validate(fl.compose(["secagg=none", f"fl.rounds={rounds}", f"fl.eval_every={every}"]))))
     assert spelled(19) == spelled(20) == spelled(50) != spelled(18)
     assert spelled(1, rounds=2) == spelled(5, rounds=2) and spelled(1, rounds=1) == spelled(3, rounds=1)
+
+
+@pytest.mark.parametrize("codec,option,secagg", [("rotation", "clip", "dh"), ("countsketch", "cols_per_k", "none")])
+def test_a_float_codec_option_written_as_an_integer_has_one_spelling(codec, option, secagg):
+    """compression.options is untyped: clip=1 and clip=1.0 ran the same run under two config hashes."""
+    def spelled(value):
+        return config_hash(as_dict(validate(fl.compose([f"secagg={secagg}", f"compression={codec}",
+                                                        f"++compression.options.{option}={value}"]))))
+    assert spelled(1) == spelled("1.0") != spelled(2)
+
+
+def test_a_layout_among_the_codec_options_is_refused_before_any_work(tmp_path):
+    """The codec took it, so validation passed, and the run failed at its first upload ("layout sums to 5 but the
+    vector has length 4810"), leaving a failed run's folder."""
+    with pytest.raises(ConfigError, match="compression.options.layout .* compression.per_layer=true"):
+        fl.run(fl.compose(["secagg=none", "model=mlp_small", "fl.rounds=1", "backend=inline",
+                           f"results.dir={tmp_path}", "+compression.options.layout=[5]"]))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("given,key", [({"fl": {"rounds": 2.5}}, "fl.rounds"), ({"seed": True}, "seed"),
+                                       ({"compression": {"ratio": None}}, "compression.ratio"),
+                                       ({"fl": {"roundz": 3}}, "fl.roundz")])
+def test_a_wrong_type_in_a_config_given_as_a_dict_is_refused_naming_the_key(given, key):
+    """fl.run(cfg) of a hand-built or loaded config (experiments.reproduce reads config.json) said only "Value
+    '2.5' of type 'float' could not be converted to Integer": OmegaConf names the key on a line that was dropped."""
+    with pytest.raises(ConfigError, match=f"^{key}: "):
+        validate(OmegaConf.create(given))
+
+
+@pytest.mark.parametrize("group,switch,name", [("secagg", "mask_protocol", "secaggplus"),
+                                               ("compression", "compression_protocol", "qsgd")])
+def test_the_api_points_a_protocol_group_chosen_by_name_to_its_switch(group, switch, name):
+    """model='mlp_small' chooses a config group; secagg='secaggplus' was refused with "Invalid type assigned: str is
+    not a subclass of SecAggConfig"."""
+    with pytest.raises(ConfigError, match=f"{group}='{name}': choose it with {switch}='{name}'"):
+        fl.build_config(**{group: name})

@@ -172,6 +172,44 @@ def warm_up() -> None:
     full_round(config, dropped, 0)
 
 
+def measure(row, cell: dict, config, dropped, seed, repeats, budget) -> None:
+    """One cell's rows: the representative client, the full round (or why it was skipped), the plain sum."""
+    protocol, n, length, dropout = cell["protocol"], cell["n"], cell["length"], cell["dropout"]
+    started = _clock()
+    runs = [representative_client(config, dropped, seed) for _ in range(repeats)]
+    client = {step: [float(np.median([r[step][0] for r in runs])), *runs[0][step][1:]]
+              for step in STEPS}
+    method = f"one representative client (median of {repeats}); the other n-1 are stubs"
+    for step, (sec, up, down) in client.items():
+        row(**cell, side="client", step=step, seconds=sec, bytes_up=up, bytes_down=down, method=method)
+    c_total = sum(v[0] for v in client.values())
+    row(**cell, side="client", seconds=c_total, bytes_up=sum(v[1] for v in client.values()),
+        bytes_down=sum(v[2] for v in client.values()), method=method,
+        note=f"degree {config.degree or n - 1}, t={config.threshold}")
+    estimate = n * c_total
+    if estimate > budget:
+        row(**cell, side="server", method="skipped",
+            note=f"skipped: simulating all {n} clients would take about {estimate:.0f} s "
+                 f"({n} x {c_total:.2f} s per client) > budget {budget:.0f} s")
+        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  client {c_total:7.3f} s  "
+              f"server skipped (~{estimate:.0f} s to simulate)", flush=True)
+    else:
+        server = full_round(config, dropped, seed)
+        method = "full round: all n clients simulated, sum checked"
+        for step, (sec, up, down) in server.items():
+            row(**cell, side="server", step=step, seconds=sec, bytes_up=up, bytes_down=down,
+                method=method)
+        row(**cell, side="server", seconds=sum(v[0] for v in server.values()),
+            bytes_up=sum(v[1] for v in server.values()), bytes_down=sum(v[2] for v in server.values()),
+            method=method, note=f"{len(dropped)} dropped before masked input")
+        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  client {c_total:7.3f} s  "
+              f"server {sum(v[0] for v in server.values()):7.3f} s  "
+              f"(cell {_clock() - started:.0f} s)", flush=True)
+    p_sec, p_bytes = plain_sum(config, dropped, seed)
+    row(**cell, side="plain", seconds=p_sec, bytes_up=p_bytes, method="decode + sum of dense updates",
+        note="bytes per client; seconds for the server's sum of the survivors")
+
+
 def run(protocols, sizes, lengths, dropouts, budget, seed, repeats):
     warm_up()
     rows = []
@@ -189,39 +227,13 @@ def run(protocols, sizes, lengths, dropouts, budget, seed, repeats):
                 for dropout in dropouts:
                     config, dropped = cell_setup(protocol, n, length, dropout, seed)
                     cell = dict(protocol=protocol, n=n, length=length, dropout=dropout)
-                    started = _clock()
-                    runs = [representative_client(config, dropped, seed) for _ in range(repeats)]
-                    client = {step: [float(np.median([r[step][0] for r in runs])), *runs[0][step][1:]]
-                              for step in STEPS}
-                    method = f"one representative client (median of {repeats}); the other n-1 are stubs"
-                    for step, (sec, up, down) in client.items():
-                        row(**cell, side="client", step=step, seconds=sec, bytes_up=up, bytes_down=down, method=method)
-                    c_total = sum(v[0] for v in client.values())
-                    row(**cell, side="client", seconds=c_total, bytes_up=sum(v[1] for v in client.values()),
-                        bytes_down=sum(v[2] for v in client.values()), method=method,
-                        note=f"degree {config.degree or n - 1}, t={config.threshold}")
-                    estimate = n * c_total
-                    if estimate > budget:
-                        row(**cell, side="server", method="skipped",
-                            note=f"skipped: simulating all {n} clients would take about {estimate:.0f} s "
-                                 f"({n} x {c_total:.2f} s per client) > budget {budget:.0f} s")
-                        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  client {c_total:7.3f} s  "
-                              f"server skipped (~{estimate:.0f} s to simulate)", flush=True)
-                    else:
-                        server = full_round(config, dropped, seed)
-                        method = "full round: all n clients simulated, sum checked"
-                        for step, (sec, up, down) in server.items():
-                            row(**cell, side="server", step=step, seconds=sec, bytes_up=up, bytes_down=down,
-                                method=method)
-                        row(**cell, side="server", seconds=sum(v[0] for v in server.values()),
-                            bytes_up=sum(v[1] for v in server.values()), bytes_down=sum(v[2] for v in server.values()),
-                            method=method, note=f"{len(dropped)} dropped before masked input")
-                        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  client {c_total:7.3f} s  "
-                              f"server {sum(v[0] for v in server.values()):7.3f} s  "
-                              f"(cell {_clock() - started:.0f} s)", flush=True)
-                    p_sec, p_bytes = plain_sum(config, dropped, seed)
-                    row(**cell, side="plain", seconds=p_sec, bytes_up=p_bytes, method="decode + sum of dense updates",
-                        note="bytes per client; seconds for the server's sum of the survivors")
+                    mark = len(rows)
+                    try:
+                        measure(row, cell, config, dropped, seed, repeats, budget)
+                    except secagg.RoundAborted as err:  # a neighbourhood (secaggplus) kept too few survivors
+                        del rows[mark:]
+                        row(**cell, side="client", method="aborted", note=f"the round aborted: {err}")
+                        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  aborted: {err}", flush=True)
     return pd.DataFrame(rows)
 
 
@@ -263,11 +275,12 @@ def markdown(df: pd.DataFrame, cmd: str, budget: float) -> str:
                    f"{steps_row['advertise']:.4f} | {steps_row['share_keys']:.4f} | {steps_row['masked_input']:.4f} | "
                    f"{steps_row['unmask']:.4f} | {c['bytes_up'] / 1e3:.1f} | {c['bytes_down'] / 1e3:.1f} | "
                    f"{protocol_up} | {server_s} | {server_mb} | {p['seconds']:.3f} | {p['bytes_up'] / 1e3:.1f} |")
-    skipped = df[df["method"] == "skipped"]
-    if len(skipped):
-        out += ["", "Skipped server cells:", ""]
-        out += [f"- {r.protocol}, n={r.n}, length={_exp(r.length)}, dropout={r.dropout:g}: {r.note}"
-                for r in skipped.itertuples()]
+    for method, title in (("skipped", "Skipped server cells:"), ("aborted", "Cells whose round aborted (not timed):")):
+        cells = df[df["method"] == method]
+        if len(cells):
+            out += ["", title, ""]
+            out += [f"- {r.protocol}, n={r.n}, length={_exp(r.length)}, dropout={r.dropout:g}: {r.note}"
+                    for r in cells.itertuples()]
     clients = df[(df["protocol"] == "dh") & (df["side"] == "client") & (df["dropout"] == 0)]
     out += ["", "'protocol B up' is the client's upload other than the masked vector (AdvertiseKeys, ShareKeys,",
             "UnmaskResponse); the full graph's target was about 64 + 150 (n - 1)."
@@ -302,6 +315,13 @@ def main(argv=None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     if min(args.sizes) < 2:
         ap.error(f"--sizes: secure aggregation needs at least 2 clients, got {min(args.sizes)}")
+    for protocol in args.protocols:
+        for n in args.sizes:
+            needed = cell_setup(protocol, n, 1, 0.0, args.seed)[0].threshold  # client 0 never drops
+            for dropout in args.dropouts:
+                if int(round(dropout * n)) > n - needed:
+                    ap.error(f"--dropouts {dropout:g}: {protocol} with {n} clients needs {needed} survivors, so at "
+                             f"most {n - needed} of them ({(n - needed) / n:.3g}) can drop")
     cmd = command_line("experiments.bench_secagg", argv)
     check_target(Path(args.out).with_suffix(".md"), cmd, args.force)
     print(f"machine: {machine()}", flush=True)

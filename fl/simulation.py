@@ -200,5 +200,5 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
     elif (aborted | emptied).all():
         print(f"fedsqueeze: warning: no round applied an update (in {int((emptied & ~aborted).sum())} of {len(rows)} "
               "every client's update was rejected or lost, the others aborted), so the model is the initial one; "
-              "the rejected column and the log's `rejected` lines say why", file=sys.stderr)
+              "the dropped and rejected columns (and the log's `rejected` lines) say why", file=sys.stderr)
     return log.read()

@@ -1,6 +1,9 @@
 """The experiment scripts refuse a value that cannot make a measurement when the command is read, naming the
 option, instead of a traceback inside a cell or a table whose Regenerate line says something else."""
+import pandas as pd
 import pytest
+
+import secagg
 
 from experiments import args, bench_secagg, codec_bench, field_bits, report
 
@@ -11,6 +14,8 @@ from experiments import args, bench_secagg, codec_bench, field_bits, report
     (bench_secagg.main, ["--dropouts", "1.5"], "argument --dropouts: '1.5': expected a number in [0, 1)"),
     (bench_secagg.main, ["--repeats", "0"], "argument --repeats: '0': expected an integer >= 1"),
     (bench_secagg.main, ["--sizes", "1"], "--sizes: secure aggregation needs at least 2 clients, got 1"),
+    (bench_secagg.main, ["--protocols", "dh", "--sizes", "10", "--dropouts", "0.5"],  # numpy's error, or an abort
+     "--dropouts 0.5: dh with 10 clients needs 6 survivors, so at most 4 of them (0.4) can drop"),
     (bench_secagg.main, ["--budget", "-1"], "argument --budget: '-1': expected a finite number > 0"),
     (report.main, ["results", "--label", "foo"], "--label 'foo': expected DIR=NAME"),
 ])
@@ -37,3 +42,23 @@ def test_a_scripts_help_says_its_first_paragraph_whole():
     described = args.summary(field_bits.__doc__)
     assert described.startswith(field_bits.__doc__.split()[0]) and described.endswith(".")
     assert "\n" not in described and len(described) > len(field_bits.__doc__.splitlines()[0])
+
+
+def test_a_bench_cell_whose_round_aborts_is_recorded_and_the_grid_goes_on(tmp_path, monkeypatch):
+    """Under SecAgg+ a neighbourhood can keep fewer than t survivors where the cohort keeps enough (at 40 clients and
+    dropout 0.3, depending on the round's random keys): the abort ended the bench with a traceback, losing every
+    cell measured before it. Here the full round aborts whenever someone drops."""
+    def full_round(config, dropped, seed):
+        if dropped:
+            raise secagg.RoundAborted(f"fewer than t={config.threshold} unmask responses (test)")
+        return real(config, dropped, seed)
+
+    real = bench_secagg.full_round
+    monkeypatch.setattr(bench_secagg, "full_round", full_round)
+    bench_secagg.main(["--protocols", "secaggplus", "--sizes", "10", "--lengths", "16", "--dropouts", "0", "0.2",
+                       "--repeats", "1", "--out", str(tmp_path / "t")])
+    rows = pd.read_csv(tmp_path / "t.csv")
+    assert set(rows[rows.dropout == 0].side) == {"client", "server", "plain"}
+    aborted = rows[rows.dropout == 0.2]
+    assert list(aborted.method) == ["aborted"] and "unmask responses (test)" in aborted.note.iloc[0]
+    assert "- secaggplus, n=10, length=2e1, dropout=0.2: the round aborted" in (tmp_path / "t.md").read_text()

@@ -6,6 +6,7 @@ training settings. Nothing downstream re-derives any of it from the config.
 """
 from __future__ import annotations
 
+import inspect
 import math
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -77,11 +78,12 @@ class Plan:
             raise ValueError(f"layer shapes {shapes} do not match layer sizes {layer_sizes}")
         length = sum(layer_sizes)
         compressing = c.client and c.name != "none"
-        client_codec = _codec(c, layer_sizes) if c.client else compression.get("none")()
+        seed = int(cfg.seed)
+        client_codec = _codec(c, seed, layer_sizes) if c.client else compression.get("none")()
         masked = bool(secagg.get(s.name).masks)
         linear = None
         if masked and compressing and getattr(client_codec, "linear", False):
-            linear = _codec(c)  # its table is masked whole: no per-layer layout
+            linear = _codec(c, seed)  # its table is masked whole: no per-layer layout
         k = 0 if linear is not None else topk_count(length, c.ratio) if compressing else length
         policy_args = None
         if masked and linear is None:
@@ -95,7 +97,7 @@ class Plan:
                               float(f.momentum), float(f.weight_decay),
                               None if f.get("max_update_norm") is None else float(f.max_update_norm)),
             client_codec=client_codec,
-            broadcast_codec=_codec(c, layer_sizes) if c.server and c.name != "none" else compression.get("none")(),
+            broadcast_codec=_codec(c, seed, layer_sizes) if c.server and c.name != "none" else compression.get("none")(),
             error_feedback=bool(c.error_feedback and c.client and client_codec.biased and linear is None),
             residual_dtype=str(c.residual_dtype), masked=masked, linear=linear, k=k, policy_args=policy_args,
             secagg=str(s.name), threshold=s.threshold, neighbours=s.neighbours, dropout=float(s.dropout),
@@ -139,9 +141,13 @@ class Plan:
         return "per-client" if self.client_codec.name != "none" else "dense"
 
 
-def _codec(c, layer_sizes: tuple[int, ...] | None = None) -> compression.Codec:
-    """The configured codec with its options; with `compression.per_layer`, selection and scales per layer."""
+def _codec(c, seed: int, layer_sizes: tuple[int, ...] | None = None) -> compression.Codec:
+    """The configured codec with its options; with `compression.per_layer`, selection and scales per layer. A
+    randomized codec's `seed` option defaults to the run's seed, so that seeds of a sweep also vary its randomness
+    (a rotation's signs, a count sketch's hashes, rounding noise): one public value, the same for every client."""
     options = dict(c.options)
+    if "seed" in inspect.signature(compression.get(c.name)).parameters:
+        options.setdefault("seed", seed)
     if c.get("per_layer", False) and layer_sizes is not None:
         options["layout"] = list(layer_sizes)
     return compression.get(c.name)(c.ratio, **options)

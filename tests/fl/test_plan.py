@@ -77,3 +77,22 @@ def test_local_training_gets_the_configured_momentum_and_weight_decay():
                      "fl.local_epochs=3", "fl.batch_size=16", "seed=4").training
     assert (training.momentum, training.weight_decay, training.lr) == (0.9, 0.001, 0.05)
     assert (training.local_epochs, training.batch_size, training.seed) == (3, 16, 4)
+
+
+@pytest.mark.parametrize("codec", ["rotation", "countsketch", "randk", "qsgd"])
+def test_a_randomized_codec_draws_from_the_runs_seed_unless_its_options_name_one(codec):
+    def encoded(*overrides):
+        plan = _plan("secagg=none", f"compression={codec}", "compression.ratio=0.1", *overrides)
+        if plan.broadcast_codec.name == codec:  # the qsgd preset leaves the broadcast dense
+            assert plan.broadcast_codec.seed == plan.client_codec.seed
+        vector = np.random.default_rng(0).standard_normal(sum(LAYERS)).astype(np.float32)
+        return plan.client_codec.seed, plan.client_codec.encode(vector)
+
+    assert encoded("seed=3")[0] == 3 and encoded("seed=4")[0] == 4
+    assert encoded("seed=3")[1] != encoded("seed=4")[1]  # seeds of a sweep vary the codec's randomness too
+    assert encoded("seed=3", "+compression.options.seed=7") == encoded("seed=4", "+compression.options.seed=7")
+
+
+def test_a_masked_linear_codec_shares_the_runs_seed_with_the_broadcast():
+    plan = _plan("secagg=dh", "compression=rotation", "seed=5")
+    assert plan.linear.seed == plan.client_codec.seed == plan.broadcast_codec.seed == 5

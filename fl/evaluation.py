@@ -64,8 +64,8 @@ class Evaluator:
     """Accuracy and loss on the test split, evaluated by the workers in parallel, each a range of whole
     batches (one worker where the split is one batch), summed in batch order: the same figures as one
     process evaluating it all. Ranges of a worker that died go to one that is alive (on a split of one batch,
-    the only worker evaluating may be the one that died). It also learns what a batch costs, which
-    `CarriedEvaluation` needs to share batches out."""
+    the only worker evaluating may be the one that died), or, when none is, to a fresh one. It also learns what a
+    batch costs, which `CarriedEvaluation` needs to share batches out."""
 
     def __init__(self, pool, size: int, n_test: int):
         self.pool, self.n = pool, n_test
@@ -82,13 +82,19 @@ class Evaluator:
         return combine([batch for w in sorted(replies) for batch in replies[w]], self.n)
 
     def evaluate_ranges(self, ref, ranges: dict[int, tuple[int, int]]) -> dict[int, list]:
-        """Each worker's range (worker -> (first, stop)) evaluated, a dead worker's by one that is alive."""
+        """Each worker's range (worker -> (first, stop)) evaluated, a dead worker's by one that is alive (by a fresh
+        one when every worker is dead: a pool of one, or all died at once; the run goes on, as after any death)."""
         replies = self.pool.evaluate({w: (ref, a, b) for w, (a, b) in ranges.items()})
+        replaced = False
         for w in [w for w in ranges if replies[w] is None]:
             while replies[w] is None:  # a worker that died: its range goes to one that is alive
                 alive = [v for v in range(len(self.pool.workers)) if v not in getattr(self.pool, "dead", ())]
                 if not alive:
-                    raise RuntimeError("every worker died while evaluating the model")
+                    if replaced:
+                        raise RuntimeError("every worker died while evaluating the model, fresh ones too")
+                    self.pool.replace_dead()
+                    replaced = True
+                    continue
                 replies[w] = self.pool.evaluate({alive[0]: (ref, *ranges[w])})[alive[0]]
         return replies
 

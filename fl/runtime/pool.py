@@ -126,6 +126,7 @@ class RayPool:
         self._device = device
         self.workers = [self._actor.remote(device, i) for i in range(size)]  # start up in the background
         self.dead: set[int] = set()
+        self._replaced: set[int] = set()  # replaced since the last `revive`, which reports them to the server
         self._data = self._plan = self._source = None
         self._reader = ReplyReader()
         self._probed = False  # whether the workers' reply buffers were probed (once per pool)
@@ -144,6 +145,7 @@ class RayPool:
             except self._ray.exceptions.RayActorError:  # died since the last cell of a warm pool: replaced here
                 self.dead.add(w)
         self._ray.get(self._replace_dead())
+        self._replaced.clear()  # a new run's server knows no worker's model yet
         if not self._probed:
             self._share_replies()
             self._probed = True
@@ -219,10 +221,15 @@ class RayPool:
 
     def revive(self) -> list[int]:
         """Replace dead actors with fresh ones (the clients they held lose their state, as a device would);
-        returns the workers replaced (their model must be caught up)."""
-        revived = sorted(self.dead)
+        returns the workers replaced since the last call, here or by `replace_dead` (their model must be caught up)."""
         self._replace_dead()  # each fresh actor's attach runs before any later call to it
+        revived, self._replaced = sorted(self._replaced), set()
         return revived
+
+    def replace_dead(self) -> None:
+        """Replace dead actors now, mid-round: an evaluation that found no worker alive needs one. The next
+        `revive` still returns them."""
+        self._replace_dead()
 
     def _replace_dead(self) -> list:
         """A fresh actor for each dead one (replying through Ray), given the run's data and plan; the refs of
@@ -233,6 +240,7 @@ class RayPool:
             self.workers[w] = self._actor.remote(self._device, w)
             if self._data is not None:
                 refs.append(self.workers[w].attach.remote(self._data, self._plan))
+        self._replaced |= self.dead
         self.dead.clear()
         return refs
 

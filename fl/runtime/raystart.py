@@ -27,9 +27,9 @@ _address: str | None = None  # the address that Ray was started with (None: a lo
 
 
 def start(address: str | None = None) -> bool:
-    """Start Ray (no dashboard; `address` joins a running cluster) unless it is already running. A Ray this
-    module started for another address (a sweep's warm Ray, then a cell with another `ray.address`) is stopped
-    and started again for this one: the cell would otherwise run where it did not ask to.
+    """Start Ray (no dashboard; `address` joins a running cluster, None starts a local one) unless it is already
+    running. A Ray this module started for another address (a sweep's warm Ray, then a cell with another
+    `ray.address`) is stopped and started again for this one: the cell would otherwise run where it did not ask to.
 
     Returns whether the Ray now running is ours to shut down (started here and not yet stopped).
     """
@@ -42,7 +42,10 @@ def start(address: str | None = None) -> bool:
         if not address:
             _workers_import_project()
         local = {} if address else {"num_cpus": usable_cpus(), "_system_config": SYSTEM_CONFIG}
-        ray.init(address=address, include_dashboard=False, log_to_driver=True, configure_logging=False, **local)
+        # "local", not None: None would join the cluster RAY_ADDRESS names or the last `ray start` left on this
+        # machine, and refuse our num_cpus there
+        ray.init(address=address or "local", include_dashboard=False, log_to_driver=True, configure_logging=False,
+                 **local)
         _owned, _address = True, address or None
         if not address:
             _stop_autoscaler_monitor(ray)  # a local fixed-size Ray: nothing to autoscale

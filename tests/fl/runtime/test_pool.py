@@ -54,6 +54,31 @@ def test_the_test_split_of_a_dead_ray_worker_is_evaluated_by_a_live_one(ray_sess
         pool.close()
 
 
+def test_a_pool_whose_every_worker_died_evaluates_on_a_fresh_one_and_reports_it_at_the_next_revive(ray_session):
+    """ray.num_workers=1 (or every worker dead at once): the death, survived as a dropout with two workers, failed
+    the run with "every worker died while evaluating the model". The server must still catch the fresh one up."""
+    from fl.runtime.pool import InlinePool, RayPool
+    from fl.simulation import Evaluator
+
+    data, plan = _digits_plan()
+    weights = np.random.default_rng(0).normal(0, 0.1, plan.length).astype(np.float32)
+    inline = InlinePool("cpu", 1)
+    try:
+        inline.attach(data, plan)
+        expected = Evaluator(inline, 1, len(data.y_test))(weights)
+    finally:
+        inline.close()
+    pool = RayPool("cpu", 1, 1.0, 0.0)
+    try:
+        pool.attach(data, plan)
+        evaluator = Evaluator(pool, 1, len(data.y_test))
+        _kill(ray_session, pool.workers[0])
+        assert evaluator(weights) == expected and pool.dead == set()
+        assert pool.revive() == [0] and pool.revive() == []  # the round's start: the server forgets its model once
+    finally:
+        pool.close()
+
+
 def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
     from fl.runtime.pool import RayPool
     from fl.server import Broadcaster

@@ -135,7 +135,7 @@ def test_stop_shuts_down_only_the_ray_started_here_and_only_once(fake_ray):
 def test_a_local_ray_gets_its_cores_and_settings_and_a_cluster_is_joined_as_it_is(fake_ray):
     """ray.init refuses num_cpus and _system_config when it connects to a running cluster."""
     raystart.start(None)
-    assert fake_ray.calls[0] == ("init", None, ["_system_config", "configure_logging", "include_dashboard",
+    assert fake_ray.calls[0] == ("init", "local", ["_system_config", "configure_logging", "include_dashboard",
                                                 "log_to_driver", "num_cpus"])
     assert fake_ray.calls[1] == ("monitor",)
     raystart.stop()

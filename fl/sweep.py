@@ -22,7 +22,8 @@ from omegaconf import DictConfig
 
 # Cells of this process's sweep that did not finish (failed, refused once the data loaded, or left to another
 # process running them): `simulate.py` exits non-zero after the sweep when any did, so `simulate -m ... && report`
-# stops there. The ray_cells launcher adds its cells' from what their tasks return.
+# stops there. The ray_cells launcher adds its cells' from what their tasks return; the checked sweeper (the
+# default) sets the list from every cell's return once the sweep is over, whichever process ran the cell.
 UNFINISHED: list[str] = []
 
 

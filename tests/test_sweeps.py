@@ -105,11 +105,14 @@ def test_a_sweep_with_a_refused_cell_names_every_refused_cell_and_runs_none(tmp_
     assert not list(results.rglob("rounds.csv")) and not list(results.rglob("config.json"))
 
 
-@pytest.mark.parametrize("launcher", ["basic", "ray_cells"])
+@pytest.mark.parametrize("launcher", ["basic", "ray_cells", "submitit_local"])
 def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exits_1(tmp_path, launcher):
     """A refusal only the data can make (more clients than samples) comes when its cell runs: it is printed, and the
     sweep goes on (it used to end the sweep there, or crash a ray_cells cell's Ray task). The sweep then exits 1,
-    naming the cell (it exited 0, so `simulate -m ... && report` went on as if every cell had run)."""
+    naming the cell (it exited 0, so `simulate -m ... && report` went on as if every cell had run; under submitit,
+    whose cells run in processes of their own, it still did)."""
+    if launcher == "submitit_local":
+        pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install -e '.[cluster]'")
     results = tmp_path / "runs"
     out = sweep("backend=inline", "model=mlp_small", "fl.rounds=1", "fl.num_clients=2000,10",
                 f"hydra/launcher={launcher}", results=results, returncode=1)
@@ -122,6 +125,40 @@ def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exit
     assert "fl.num_clients=2000" in line and "fl.num_clients=10" not in line
     (done,) = list(results.glob("*/done.json"))
     assert pd.read_csv(done.parent / "rounds.csv")["num_clients"].tolist() == [10]
+
+
+def test_a_ray_cells_cell_whose_process_dies_is_named_with_the_others_that_did_not_finish(tmp_path):
+    """A cell whose Ray task dies (the OOM killer, a lost node) is a failed cell: the other cells run, and the sweep
+    names every cell that did not finish. Its FAILED return made Hydra's sweeper raise once all had run: a traceback
+    naming that cell alone, not the refused ones."""
+    script = tmp_path / "dying.py"  # simulate.py's task, whose process dies in one cell
+    script.write_text(f"""import os, sys
+sys.path.insert(0, {str(ROOT)!r})
+import hydra
+import simulate
+from fl.sweep import UNFINISHED
+
+@hydra.main(config_path={str(ROOT / "conf")!r}, config_name="config", version_base="1.3")
+def main(cfg):
+    if cfg.seed == 1 and cfg.fl.num_clients == 10:
+        os._exit(9)
+    return simulate.main.__wrapped__(cfg)
+
+if __name__ == "__main__":
+    main()
+    print("did not finish:", *UNFINISHED, sep="\\n")
+""")
+    results = tmp_path / "runs"
+    out = subprocess.run([sys.executable, str(script), "-m", "hydra/launcher=ray_cells", "backend=inline",
+                          "model=mlp_small", "fl.rounds=1", "seed=0,1", "fl.num_clients=2000,10",
+                          f"results.dir={results}"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    lines = out.stdout.split("did not finish:\n", 1)[1].splitlines()
+    assert sorted(line.split(":")[0] for line in lines) == ["failed", "refused", "refused"], lines
+    (failed,) = [line for line in lines if line.startswith("failed: ")]
+    assert "seed=1" in failed and "fl.num_clients=10" in failed
+    (done,) = list(results.glob("*/done.json"))
+    assert pd.read_csv(done.parent / "rounds.csv")[["seed", "num_clients"]].values.tolist() == [[0, 10]]
 
 
 def test_a_ray_cells_cell_no_node_can_hold_is_refused_before_any_cell_starts(tmp_path):

@@ -1,6 +1,7 @@
 """`hydra/sweeper=checked` (the default): Hydra's basic sweeper, except that every cell's configuration is checked
 by fl.config.validate before the first cell runs, so a sweep with a refused cell fails before any work, naming
-every refused cell.
+every refused cell; and that the cells which did not finish are read from what they returned, whichever launcher
+ran them, for simulate.py to name at the end.
 
 Hydra loads sweepers only from the `hydra_plugins` namespace, hence this module; its config is
 conf/hydra/sweeper/checked.yaml. Checks that need the data (a split it cannot give) still come when a cell runs.
@@ -8,7 +9,7 @@ conf/hydra/sweeper/checked.yaml. Checks that need the data (a split it cannot gi
 from __future__ import annotations
 
 import sys
-from typing import Sequence
+from typing import Any, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
 from hydra.core.utils import filter_overrides
@@ -16,6 +17,16 @@ from omegaconf import open_dict
 
 
 class CheckedSweeper(BasicSweeper):
+    def sweep(self, arguments: list[str]) -> Any:
+        """Hydra's sweep, then fl.sweep.UNFINISHED from what every cell returned, which simulate.py names at the end:
+        a launcher that runs the cells in other processes (submitit's) leaves this process's list empty."""
+        from fl.sweep import UNFINISHED
+
+        returns = super().sweep(arguments)
+        UNFINISHED[:] = [f"{ret.return_value}: {' '.join(ret.overrides)}" for batch in returns for ret in batch
+                         if isinstance(ret.return_value, str)]
+        return returns
+
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Compose each cell (Hydra's own check) and validate it; exit 2 listing the refused cells, if any."""
         from fl.config import ConfigError, validate

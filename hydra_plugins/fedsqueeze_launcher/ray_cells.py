@@ -80,10 +80,15 @@ class RayCellLauncher(Launcher):
                 try:
                     done[idx] = ray.get(ref)
                 except Exception as err:  # the task itself failed (its process died): the sweep goes on
-                    done[idx] = "", JobReturn(overrides=list(overrides), cfg=config, status=JobStatus.FAILED,
-                                              _return_value=err)
+                    log.error(f"\t#{idx} : {type(err).__name__}: {err}")
+                    # a failed cell, as the task function returns one: Hydra's sweeper raises a FAILED return once
+                    # the launch is over, ending the sweep without naming the cells that did not finish
+                    done[idx] = "", JobReturn(overrides=list(overrides), cfg=config, status=JobStatus.COMPLETED,
+                                              _return_value="failed")
                 remove_placement_group(group)
-                log.info(f"\t#{idx} : {done[idx][1].status.name.lower()} on node {done[idx][0] or '(lost)'}")
+                node, ret = done[idx]
+                state = ret._return_value if isinstance(ret._return_value, str) else ret.status.name.lower()
+                log.info(f"\t#{idx} : {state} on node {node or '(lost)'}")
             self.nodes, returns = [], []
             for idx, (group, ref, config, overrides) in cells.items():
                 if group is None:  # a repeat: the result of the cell it repeats, under its own overrides

@@ -4,6 +4,7 @@ from omegaconf import OmegaConf
 
 import fl
 import secagg
+from fl.api import CONF_DIR
 from fl.config import ConfigError, as_dict, validate
 from fl.results import config_hash
 
@@ -427,3 +428,12 @@ def test_the_api_points_a_protocol_group_chosen_by_name_to_its_switch(group, swi
     not a subclass of SecAggConfig"."""
     with pytest.raises(ConfigError, match=f"{group}='{name}': choose it with {switch}='{name}'"):
         fl.build_config(**{group: name})
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
+def test_a_group_chosen_on_the_command_line_wins_over_the_presets_choice(preset):
+    """`+experiment=topk_digits secagg=dh` ran unmasked: the preset set `secagg.name: none` over the group the
+    command chose, so `-m +experiment=topk_digits secagg=none,dh` ran one cell where it named two."""
+    for group, name in [("secagg", "secaggplus"), ("model", "cnn_wide"), ("compression", "randk"),
+                        ("dataset", "cifar10")]:
+        assert fl.compose([f"+experiment={preset}", f"{group}={name}"])[group].name == name, group

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
-from fl.results import finished, read_rows  # noqa: E402
+from fl.results import COLUMNS, finished, read_rows  # noqa: E402
 from experiments.args import accuracy, summary  # noqa: E402
 from experiments.outputs import check_target, command_line, together  # noqa: E402
 from experiments import hosts  # noqa: E402
@@ -70,7 +70,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         label = (labels or {}).get(_folder(d))
         for path in sorted(Path(d).rglob("rounds.csv")):
             if finished(path.parent):
-                frame = read_rows(path)
+                frame = _numbers(read_rows(path), path)
                 run_id = frame["run_id"].iloc[0]
                 if run_id in seen:  # the same run copied into two folders: its rows count once
                     print(f"report: run {run_id} is in {seen[run_id]} and {path.parent}; counted once",
@@ -123,6 +123,26 @@ def _config(config: Path) -> dict:
                          "folder out of the reported folders") from None
 
 
+# the rows' columns of names; the others hold numbers, or True/False in FLAGS
+TEXT = ("run_id", "config_hash", "dataset", "partition", "model", "compression", "index_policy", "secagg", "env",
+        "env_cpu", "env_torch", "device", "backend", "code")
+FLAGS = ("client_compression", "server_compression", "error_feedback", "aborted")
+
+
+def _numbers(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+    """A finished run's rows, or a stop naming the first value that is not a number in a column of numbers (nor
+    True/False in one of FLAGS): pandas would compare it as text, add it up as text or read it as True."""
+    for column in [c for c in COLUMNS if c in frame and c not in TEXT]:
+        values = frame[column].dropna()
+        bad = values[~values.isin([True, False, "True", "False"])] if column in FLAGS else \
+            values[pd.to_numeric(values, errors="coerce").isna()]
+        if len(bad):
+            raise SystemExit(f"report: {path}, line {bad.index[0] + 2}: {column} is {bad.iloc[0]!r}, not a "
+                             f"{'flag (True/False)' if column in FLAGS else 'number'}; restore the file (git "
+                             "checkout) or move its run folder out of the reported folders")
+    return frame
+
+
 def _settings(config: Path) -> dict[str, str]:
     """A run's config.json as {dotted key: JSON value}, less the keys that cannot change its results."""
     def flat(d: dict, prefix: str = ""):
@@ -144,9 +164,11 @@ def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> di
     with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting), in whichever
     environment each ran (two environments' lines then differ in nothing else); '' where none. A key found so is
     named on every run of the same data, model and length, so a setting run at one value of it only (alone in its
-    pool) still says which. A key a run's config.json lacks (written before the key
-    existed) reads as the value runs had before it (fl.results.NEUTRAL); one without such a value, and any key of a
-    run without a config.json, is not compared. Masking's keys are not named for unmasked runs."""
+    pool) still says which; so is a key outside the codec and the masking in which runs of the same data, model
+    and length differ (top-k run at another lr or dropout than its dense runs). A key a run's config.json lacks
+    (written before the key existed) reads as the value runs had before it (fl.results.NEUTRAL); one without such a
+    value, and any key of a run without a config.json, is not compared. Masking's keys are not named for unmasked
+    runs."""
     runs = _first_rows(rows).reset_index()
     configs = {r: {**BEFORE_KEYS, **c} if c else c for r, c in configs.items()}  # no config.json: nothing known
     found: dict[str, set[str]] = {}
@@ -158,7 +180,10 @@ def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> di
         found.update(dict.fromkeys(g["run_id"], keys))
     other = {}
     for _, g in runs.groupby(["dataset", "partition", "model", "length"], dropna=False):
-        keys = sorted(set().union(*(found[r] for r in g["run_id"])))
+        cfgs = [configs.get(r, {}) for r in g["run_id"]]
+        apart = {k for k in set.intersection(*(set(c) for c in cfgs))
+                 if len({c[k] for c in cfgs}) > 1 and not _under(k, CODEC)}
+        keys = sorted(apart.union(*(found[r] for r in g["run_id"])))
         for run_id, masked in zip(g["run_id"], g["secagg"] != "none"):
             cfg = configs.get(run_id, {})
             other[run_id] = ", ".join(f"{k}={_plain(cfg[k])}" for k in keys
@@ -324,15 +349,24 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
     """Each line's dense baseline (same environment, data, model and run length): the dense line whose config
-    differs from it only in the codec and the masking, else the only dense line there; NaN where neither exists
-    (several dense lines, none alike)."""
+    differs from it only in the codec and the masking, else the only dense line there where their configs differ
+    only in keys one of them lacks (written before the key existed); NaN where neither exists (several dense
+    lines, none alike; or a dense run at another lr, dropout, momentum ...)."""
     keys, values = BASELINE + ["rounds"], ["up_per_client", "down_per_client", "accuracy"]
     dense = t[(t["compression"] == "none") & (t["secagg"] == "none")]
     alike = t[keys + ["base"]].merge(dense[keys + ["base"] + values].drop_duplicates(keys + ["base"]),
                                      on=keys + ["base"], how="left")
     only = dense[dense.groupby(keys, dropna=False)["other"].transform("size") == 1]
-    sole = t[keys].merge(only[keys + values], on=keys, how="left")
+    sole = t[keys + ["base"]].merge(only[keys + values].assign(dense_base=only["base"]), on=keys, how="left")
+    sole.loc[[not _agree(a, b) for a, b in zip(sole["base"], sole["dense_base"])], values] = np.nan
     return alike[values].fillna(sole[values])
+
+
+def _agree(base: str, other: str) -> bool:
+    """Whether two lines' `base` settings (JSON; '' or NaN where unknown) hold the same value in every key both
+    have."""
+    a, b = (json.loads(x) if isinstance(x, str) and x else {} for x in (base, other))
+    return all(a[k] == b[k] for k in a.keys() & b.keys())
 
 
 LINK_NOTE = (" Wire s: a client's seconds on the wire per round over the link named (Mbit/s up / down, round-trip "
@@ -452,13 +486,17 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
 
 
 def _environments_compared(t: pd.DataFrame) -> str:
-    """Seconds per round of each setting that ran in more than one environment, an environment a column: a
-    setting as the table's lines are (data, partition, model, every setting, length), never pooled across them."""
-    seconds = t.assign(setting=setting_names(t)).pivot_table(
-        index=["dataset", "partition", "model", "setting", "rounds"], columns="env", values="round_s")
+    """Seconds per round of each setting that ran in more than one environment on one host, an environment a
+    column: a setting as the table's lines are (data, partition, model, every setting, length), never pooled
+    across them, and its host (lettered as in the table), since seconds compare only between runs of one host."""
+    tag = hosts.letters(t["hosts"])
+    lines = t.assign(setting=setting_names(t), host=[hosts.lettered(h, tag) for h in t["hosts"]])
+    setting = ["dataset", "partition", "model", "setting", "rounds"]
+    seconds = lines.pivot_table(index=setting + ["host"], columns="env", values="round_s")
     seconds = seconds[seconds.count(axis=1) > 1]
     if seconds.empty:
-        return "No setting ran in more than one environment."
+        apart = lines.groupby(setting)["env"].nunique().gt(1).any()  # in two environments, each on its own host
+        return "No setting ran in more than one environment" + (" on one host" if apart else "") + "."
     return seconds.round(4).reset_index().to_markdown(index=False, floatfmt="g", missingval="")
 
 

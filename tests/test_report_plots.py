@@ -1,6 +1,7 @@
 """experiments.report: each masked index policy and each field width is its own line and its own table row, never
 pooled with another."""
 import json
+import re
 
 import numpy as np
 import pandas as pd
@@ -176,6 +177,19 @@ def test_a_folder_that_does_not_exist_is_an_error_not_an_empty_part_of_the_table
     assert len(report.load([str(tmp_path / "runs")])[0]) > 0
     with pytest.raises(SystemExit, match="no such folder: .*runz"):
         report.load([str(tmp_path / "runs"), str(tmp_path / "runz")])
+
+
+@pytest.mark.parametrize("column, value, kind", [("accuracy", "0.9x1", "number"), ("bytes_up", "20000?", "number"),
+                                                 ("error_feedback", "Flase", "flag")])
+def test_a_finished_runs_value_that_is_not_a_number_stops_the_report_naming_it(tmp_path, column, value, kind):
+    """A damaged accuracy stopped the report with pandas' "'>=' not supported between 'str' and 'float'"; a damaged
+    byte count was added up as text; a damaged flag read as True."""
+    rows = _rows("a", 0, 20, 0.7)
+    rows[1][column] = value
+    _write_run(tmp_path, "a", rows, _config())
+    said = f"{tmp_path / 'a' / 'rounds.csv'}, line 3: {column} is '{value}', not a {kind}"
+    with pytest.raises(SystemExit, match=re.escape(said)):
+        report.load([str(tmp_path)])
 
 
 def test_last_5_averages_each_runs_last_five_evaluated_rounds_then_the_seeds():
@@ -536,6 +550,34 @@ def test_a_masked_line_under_dropouts_is_compared_with_the_dense_baseline_under_
     assert sorted(t[t["secagg"] == "none"]["other"]) == ["secagg.dropout=0.0", "secagg.dropout=0.05"]
 
 
+def test_a_line_whose_only_dense_run_ran_at_another_setting_has_no_baseline_unless_a_key_is_only_older(tmp_path):
+    """The only dense line of a data and model was every line's baseline: top-k under 20% dropouts (or at server
+    momentum 0.5, results/fmnist/clients_500) was set against dense without them, in Δ and in x dense."""
+    dense = [dict(r, run_id="d", compression="none", ratio=1.0, secagg="none", index_policy="dense",
+                  field_bits=np.nan, bytes_up_per_client=1000) for r in _rows("d", 0, 20, 0.8)]
+    _write_run(tmp_path, "d", dense, {**_config(), "fl": {"lr": 0.1, "rounds": 2, "max_update_norm": None}})
+    _write_run(tmp_path, "m", _rows("m", 0, 20, 0.6), _config(dropout=0.2))
+    # written before fl.max_update_norm existed: compared with the dense run all the same
+    _write_run(tmp_path, "o", [dict(r, run_id="o", ratio=0.1) for r in _rows("o", 0, 20, 0.7)], _config())
+    t = report.table(report.per_run(report.load([str(tmp_path)])[0], 0.6)).set_index("ratio")
+    assert t.loc[0.02, ["accuracy_change", "up_vs_dense", "down_vs_dense"]].isna().all()
+    assert t.loc[0.1, "accuracy_change"] == pytest.approx(-0.1) and t.loc[0.1, "up_vs_dense"] == pytest.approx(2.0)
+
+
+def test_a_key_in_which_a_line_differs_from_its_dense_runs_is_named_though_no_pool_holds_both_values(tmp_path):
+    """Top-k run at lr 0.05 and dropout 0.2 beside dense at lr 0.1 and none: no pool held two values of a key, so
+    the table named none, and read as top-k costing what the lr and the dropouts cost."""
+    dense = [dict(r, run_id="d", compression="none", ratio=1.0, secagg="none", index_policy="dense",
+                  field_bits=np.nan) for r in _rows("d", 0, 20, 0.8)]
+    _write_run(tmp_path, "d", dense, _config(lr=0.1))
+    _write_run(tmp_path, "m", _rows("m", 0, 20, 0.6), {**_config(lr=0.05, dropout=0.2), "seed": 1})
+    _write_run(tmp_path, "n", _rows("n", 1, 20, 0.6), {**_config(lr=0.05, dropout=0.2), "seed": 1})
+    rows, _ = report.load([str(tmp_path)])
+    assert rows.groupby("run_id")["other"].first().to_dict() == {
+        "d": "fl.lr=0.1, secagg.dropout=0.0", "m": "fl.lr=0.05, secagg.dropout=0.2",
+        "n": "fl.lr=0.05, secagg.dropout=0.2"}  # the seed is no setting
+
+
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # bar and scatter are replaced: nothing is drawn
 def test_the_time_breakdown_never_averages_runs_of_other_environments_or_lengths(tmp_path, monkeypatch):
     """niid_bench's bars averaged a 50-round inline run with a 10-round Ray run of one setting (170.7 s of
@@ -573,6 +615,24 @@ def test_the_table_names_the_host_of_each_line():
     assert "A = AMD EPYC; B = Intel Xeon" in md
     line12, line20 = (next(x for x in md.splitlines() if f"| {b} | " in x and x.startswith("| cpu")) for b in (12, 20))
     assert "| B |" in line12 and "| A |" in line20
+
+
+def test_environments_are_compared_only_on_one_host():
+    """An inline run on one CPU and a Ray run on another stood side by side as 'Ray takes twice as long', where the
+    table says seconds compare only between lines of one host."""
+    def line(run_id, env, cpu, seconds):
+        return [dict(r, env=env, env_cpu=cpu, t_round=seconds) for r in _rows(run_id, 0, 20, 0.7)]
+
+    def compared(rows):
+        md = report.markdown(report.table(report.per_run(pd.DataFrame(rows), 0.6)), [], 0.6, "cmd")
+        return md.split("## Environments compared (seconds per round)")[1].strip()
+
+    inline = line("a", "cpu, inline x2", "Intel Xeon", 0.1)
+    assert compared(inline + line("b", "cpu, ray x2", "AMD EPYC", 0.2)) == \
+        "No setting ran in more than one environment on one host."
+    one_host = compared(inline + line("c", "cpu, ray x2", "Intel Xeon", 0.3))
+    assert [[c.strip() for c in x.split("|")[-4:-1]] for x in one_host.splitlines() if "fresh" in x] == \
+        [["A", "0.1", "0.3"]]  # the host, lettered as in the table
 
 
 def test_fresh_with_the_count_sketch_summary_is_named_so_not_read_as_the_default_policy(tmp_path):

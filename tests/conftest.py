@@ -17,8 +17,8 @@ def ray_session():
 
     started = False
     if not ray.is_initialized():
-        ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, configure_logging=False,
-                 log_to_driver=False)
+        ray.init(address="local", num_cpus=os.cpu_count() or 2, include_dashboard=False, configure_logging=False,
+                 log_to_driver=False)  # "local": not a cluster that RAY_ADDRESS or a `ray start` names
         started = True
     yield ray
     if started:

@@ -10,6 +10,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from omegaconf import DictConfig, OmegaConf
 
@@ -61,6 +62,8 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
     for key, value in _dotted(other_config):
         values[f"fl.{key}" if key in _FL_KEYS else key] = value
     for key, value in values.items():
+        if isinstance(value, np.generic):  # np.linspace's or an array's element: OmegaConf takes Python scalars only
+            value = value.item()
         try:
             # struct mode: an unknown key raises, but for a codec option, a key of its own (`+compression.options.X`
             # on the command line), checked by the codec when the config is validated

@@ -175,6 +175,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"backend must be 'ray' or 'inline', got {c.backend!r}")
     if not 0 <= c.seed < 2**32:  # numpy's and torch's seeds
         raise ConfigError(f"seed must be in [0, 2**32), got {c.seed}")
+    if not c.results.dir.strip():  # '' would scatter run folders over the working directory
+        raise ConfigError("results.dir is empty: name a folder (the default is results/runs; '.' for here)")
     if not 0 < c.dataset.test_fraction < 1:
         raise ConfigError(f"dataset.test_fraction must be in (0, 1), got {c.dataset.test_fraction}")
     if c.dataset.name not in DATASETS:

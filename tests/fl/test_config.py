@@ -128,6 +128,7 @@ def test_run_server_refuses_unknown_keyword():
     ("dataset.test_fraction=nan", r"test_fraction must be in \(0, 1\), got nan"),
     ("dataset.test_fraction=1.5", "test_fraction"),
     ("seed=-1", r"seed must be in \[0, 2\*\*32\)"),
+    ("results.dir=", r"results.dir is empty: name a folder"),  # it wrote run folders into the working directory
     ("seed=4294967296", "seed"),
     ("fl.lr=inf", "fl.lr must be > 0 and finite"),
     ("fl.weight_decay=inf", "weight_decay"),
@@ -437,3 +438,11 @@ def test_a_group_chosen_on_the_command_line_wins_over_the_presets_choice(preset)
     for group, name in [("secagg", "secaggplus"), ("model", "cnn_wide"), ("compression", "randk"),
                         ("dataset", "cifar10")]:
         assert fl.compose([f"+experiment={preset}", f"{group}={name}"])[group].name == name, group
+
+
+def test_the_api_takes_numpy_numbers_as_the_python_numbers_they_hold():
+    """A sweep built with np.linspace passed np.float64(0.1), refused as "could not be converted to Float"."""
+    import numpy as np
+
+    cfg = fl.build_config(compress_ratio=np.float64(0.1), rounds=np.int64(2), results={"dir": "out"})
+    assert cfg.compression.ratio == 0.1 and cfg.fl.rounds == 2 and type(cfg.fl.rounds) is int

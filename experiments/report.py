@@ -722,6 +722,8 @@ def main(argv=None) -> pd.DataFrame:
     unknown = sorted(k for k in labels if _folder(k) not in reported)
     if unknown:
         raise SystemExit(f"--label names a folder not reported: {', '.join(unknown)} (folders: {', '.join(args.dirs)})")
+    if Path(args.out).exists() and not Path(args.out).is_dir():
+        ap.error(f"--out {args.out} is a file: the report writes a folder of tables and plots")
     command = command_line("experiments.report", argv)
     check_target(Path(args.out) / "topk_table.md", command, args.force)
     rows, incomplete = load(args.dirs, {_folder(k): v for k, v in labels.items()})

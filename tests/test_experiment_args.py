@@ -18,6 +18,7 @@ from experiments import args, bench_secagg, codec_bench, field_bits, report
      "--dropouts 0.5: dh with 10 clients needs 6 survivors, so at most 4 of them (0.4) can drop"),
     (bench_secagg.main, ["--budget", "-1"], "argument --budget: '-1': expected a finite number > 0"),
     (report.main, ["results", "--label", "foo"], "--label 'foo': expected DIR=NAME"),
+    (report.main, ["results", "--out", "README.md"], "--out README.md is a file"),  # after loading every run
 ])
 def test_a_value_that_cannot_make_a_measurement_is_refused_naming_its_option(main, argv, message, capsys, tmp_path):
     with pytest.raises(SystemExit) as ended:

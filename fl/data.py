@@ -107,6 +107,10 @@ def stratified_split(y: np.ndarray, test_fraction: float, seed: int) -> tuple[np
     n_test = math.ceil(test_fraction * len(y))
     n_train = len(y) - n_test
     _, inverse, counts = np.unique(y, return_inverse=True, return_counts=True)
+    if min(n_train, n_test) < len(counts):  # sklearn refuses these too; an empty train split would crash later
+        raise ConfigError(f"dataset.test_fraction={test_fraction} splits the {len(y)} samples into {n_train} to train "
+                          f"and {n_test} to test: a stratified split needs at least one per class ({len(counts)}) "
+                          "in each")
     by_class = np.split(np.argsort(inverse, kind="stable"), np.cumsum(counts)[:-1])
     n_i = _approximate_mode(counts, n_train, rng)
     t_i = _approximate_mode(counts - n_i, n_test, rng)

@@ -5,6 +5,7 @@ import torch
 from omegaconf import OmegaConf
 
 from fl.data import load_dataset, load_digits, partition, partition_summary
+from fl.errors import ConfigError
 from fl.models import build_model, flatten_parameters, get_flat, num_params, set_flat
 
 
@@ -224,6 +225,13 @@ def test_digits_are_read_and_split_exactly_as_sklearn_does(seed, test_fraction):
     for got, expected in [(ours.x_train, (x_tr - mean) / std), (ours.x_test, (x_te - mean) / std),
                           (ours.y_train, y_tr), (ours.y_test, y_te)]:
         np.testing.assert_array_equal(got, expected)
+
+
+@pytest.mark.parametrize("test_fraction", [0.9999, 0.999, 0.0001])
+def test_a_digits_test_fraction_that_leaves_a_split_short_of_a_class_is_refused(test_fraction):
+    """sklearn refuses these splits; an empty train split would otherwise fail in indexing, naming no setting."""
+    with pytest.raises(ConfigError, match="dataset.test_fraction"):
+        load_digits(0, test_fraction)
 
 
 def test_a_ray_run_on_digits_leaves_torch_and_sklearn_out_of_the_driver(tmp_path):

@@ -321,6 +321,15 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round, field_bits(c), c.secagg.quant_bits)
         except ValueError as err:
             raise ConfigError(f"secagg: {err}") from None
+        # the other masked parts' scales (summary and sketch cells, a linear codec's table), built mid-round
+        for key, clip, bits in (("secagg.sketch_clip", c.secagg.sketch_clip, max(sq or 0, c.secagg.quant_bits)),
+                                ("compression.options.clip", getattr(codec, "clip", None) if linear else None,
+                                 getattr(codec, "bits", None))):
+            try:
+                if clip is not None:
+                    secagg.FixedPointQuantizer(clip, 1, secagg.MAX_FIELD_BITS, bits)
+            except ValueError as err:
+                raise ConfigError(f"{key}: {err}") from None
         try:  # threshold and graph degree (the protocol's names for these keys) for this cohort size
             secagg.make_round(c.secagg.name, bytes(32), range(f.clients_per_round), 1, c.secagg.threshold,
                               c.secagg.neighbours)

@@ -111,6 +111,8 @@ def evaluate_batches(model: nn.Module, x, y, first: int, stop: int, device: str 
         xb = as_tensor(x[b * size:(b + 1) * size], device)
         yb = as_tensor(y[b * size:(b + 1) * size], device)
         logits = model(xb)
-        out.append((int((logits.argmax(1) == yb).sum()),
-                    float(nn.functional.cross_entropy(logits, yb, reduction="sum").double())))
+        loss = nn.functional.cross_entropy(logits, yb, reduction="sum")
+        if not torch.isfinite(loss) and torch.isfinite(logits).all():  # float32 overflowed on finite logits
+            loss = nn.functional.cross_entropy(logits.double(), yb, reduction="sum")
+        out.append((int((logits.argmax(1) == yb).sum()), float(loss.double())))
     return out

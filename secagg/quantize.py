@@ -57,6 +57,8 @@ class FixedPointQuantizer:
                     f"a {bits}-bit field can wrap: the sum of {max_clients} values of {int(quant_bits)} bits needs "
                     f"at least {safe} bits (the smallest safe field)")
             bound = 2 ** (int(quant_bits) - 1) - 1
+        if not math.isfinite(bound / clip):  # an infinite scale quantizes every value to +-B or garbage (0 * inf)
+            raise ValueError(f"clip {clip!r} is too small: its scale B / clip = {bound} / {clip!r} overflows")
         self.clip = clip
         self.max_clients = max_clients
         self.bits, self.quant_bits = bits, quant_bits

@@ -137,6 +137,10 @@ def test_run_server_refuses_unknown_keyword():
     # every split has a client of at least the mean size: refused when the run started, after its sweep's checks
     ("secagg.max_weight=0.99", r"secagg.max_weight must be at least 1 .*got 0.99"),
     ("secagg.sketch_clip=inf", "sketch_clip"),
+    # a subnormal clip's scale B / clip is inf: masked values quantized to garbage, read back as 0 (no update)
+    ("secagg.clip=1e-320", r"secagg: clip 1e-320 is too small: its scale B / clip = 32767 / 1e-320 overflows"),
+    ("secagg.sketch_clip=1e-320", "secagg.sketch_clip: clip 1e-320 is too small"),
+    ("compression=rotation compression.options.clip=1e-320", "compression.options.clip: clip 1e-320 is too small"),
     ("compression.prev_topk_random=nan", r"prev_topk_random \(a share of k\) must be in \[0, 1\]"),
     ("compression.prev_topk_random=2", "prev_topk_random"),
     ("compression.sketch_cols_per_k=inf", "sketch_cols_per_k"),

@@ -108,6 +108,23 @@ def test_evaluation_gives_the_accuracy_and_the_mean_cross_entropy_over_every_sam
     assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, target)), rel=1e-6)
 
 
+def test_the_mean_loss_of_a_blown_up_model_is_its_number_where_float32s_sum_would_overflow():
+    """A model whose weights are finite but huge (a run at fl.lr=100) has finite logits of ~1e37 and per-sample
+    losses of ~1e37: their float32 sum overflows, and the row's loss read inf where the mean is a number. Logits
+    that overflow themselves still give NaN/Inf (the model's own output is not a number)."""
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1e37, 0.0], [-1e37, 0.0]]))
+        model.bias.zero_()
+    x = np.ones((300, 2), np.float32)
+    y = np.ones(300, np.int64)  # the class whose logit is -1e37: each sample's loss is 2e37
+    accuracy, loss = evaluate(model, x, y)
+    assert accuracy == 0.0 and loss == pytest.approx(2e37, rel=1e-6)
+    with torch.no_grad():
+        model.weight.mul_(1e2)  # logits of +-1e39: inf in float32
+    assert not np.isfinite(evaluate(model, x, y)[1])
+
+
 def test_local_training_runs_every_epoch_over_every_sample():
     model, _ = _pair(4)
     rng = np.random.default_rng(1)

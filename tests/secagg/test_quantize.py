@@ -128,6 +128,15 @@ def test_bad_clip_is_refused(clip):
         FixedPointQuantizer(clip=clip, max_clients=8)
 
 
+def test_a_clip_whose_scale_overflows_is_refused_not_quantized_to_garbage():
+    """A subnormal clip passed `0 < clip < inf`, and B / clip = inf quantized a zero to int32's minimum (0 * inf)
+    and every other value to +-B, all read back as 0."""
+    with pytest.raises(ValueError, match=r"clip 1e-320 is too small: its scale B / clip = 32767 / 1e-320"):
+        FixedPointQuantizer(clip=1e-320, max_clients=8, bits=20, quant_bits=16)
+    tiny = FixedPointQuantizer(clip=1e-300, max_clients=8, bits=20, quant_bits=16)  # small, but its scale is finite
+    assert tiny.dequantize(tiny.quantize(np.array([1e-300, 0.0]), np.random.default_rng(0))).tolist() == [1e-300, 0]
+
+
 @pytest.mark.parametrize("max_clients", [0, -3, 2.5])
 def test_bad_max_clients_is_refused(max_clients):
     with pytest.raises(ValueError, match="max_clients"):

@@ -405,8 +405,9 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
     test fraction on a dataset with its own test split, where digits would be found, a model key its model does
     not read: `model.norm` but for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an
-    MLP) are reset to defaults, an evaluation period past the last round to the last round; mask settings at what null stands for (threshold, degree, field width) are null, and a float codec option
-    written as an integer is a float."""
+    MLP) are reset to defaults, an evaluation period past the last round to the last round; mask settings at what
+    null stands for (threshold, degree, field width) are null, and a float codec option written as an integer is a
+    float."""
     data, data_defaults = c.dataset, DatasetConfig()
     for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
         if data.partition != read_by:

@@ -97,7 +97,8 @@ class Plan:
                               float(f.momentum), float(f.weight_decay),
                               None if f.get("max_update_norm") is None else float(f.max_update_norm)),
             client_codec=client_codec,
-            broadcast_codec=_codec(c, seed, layer_sizes) if c.server and c.name != "none" else compression.get("none")(),
+            broadcast_codec=(_codec(c, seed, layer_sizes) if c.server and c.name != "none"
+                             else compression.get("none")()),
             error_feedback=bool(c.error_feedback and c.client and client_codec.biased and linear is None),
             residual_dtype=str(c.residual_dtype), masked=masked, linear=linear, k=k, policy_args=policy_args,
             secagg=str(s.name), threshold=s.threshold, neighbours=s.neighbours, dropout=float(s.dropout),

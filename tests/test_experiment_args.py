@@ -63,3 +63,11 @@ def test_a_bench_cell_whose_round_aborts_is_recorded_and_the_grid_goes_on(tmp_pa
     aborted = rows[rows.dropout == 0.2]
     assert list(aborted.method) == ["aborted"] and "unmask responses (test)" in aborted.note.iloc[0]
     assert "- secaggplus, n=10, length=2e1, dropout=0.2: the round aborted" in (tmp_path / "t.md").read_text()
+
+
+def test_dropouts_that_leave_exactly_the_threshold_of_survivors_are_measured(tmp_path):
+    """dh with 10 clients needs 6 survivors: 4 of them (0.4) may drop, and the round still sums."""
+    bench_secagg.main(["--protocols", "dh", "--sizes", "10", "--lengths", "16", "--dropouts", "0.4",
+                       "--repeats", "1", "--out", str(tmp_path / "t")])
+    rows = pd.read_csv(tmp_path / "t.csv")
+    assert set(rows.side) == {"client", "server", "plain"} and not {"aborted", "skipped"} & set(rows.method)

@@ -66,3 +66,31 @@ def test_the_command_refuses_a_count_that_runs_nothing_before_any_work(tmp_path)
         out = subprocess.run([sys.executable, "-m", "experiments.reproduce", str(tmp_path), *args],
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_a_run_that_did_not_finish_is_rerun_only_as_far_as_its_rows_go_and_said_to_be_unfinished(tmp_path, monkeypatch,
+                                                                                                 capsys):
+    """--rounds past a killed run's rows reran rounds that had nothing to be compared with; a finished run is not
+    said to be unfinished."""
+    import json
+    import sys
+
+    newer = reproduce.CATCHUP_COUNTED[:12]
+    asked = []
+
+    def rerun(run_dir, rounds, backend, workers, out):
+        asked.append(rounds)
+        return pd.DataFrame({"round": list(range(rounds)), "code": newer, "accuracy": 0.5, "bytes_down": 1000,
+                             "catchups": 0})
+
+    monkeypatch.setattr(reproduce, "rerun", rerun)
+    for name, planned in (("killed", 5), ("done", 2)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(json.dumps({"fl": {"rounds": planned}}))
+        _rows(newer, [1000, 1000]).assign(catchups=0, accuracy=0.5).to_csv(tmp_path / name / "rounds.csv", index=False)
+        monkeypatch.setattr(sys, "argv", ["reproduce", str(tmp_path / name), "--rounds", "4"])
+        assert reproduce.main() == 0
+    assert asked == [2, 2]
+    out = capsys.readouterr().out
+    assert out.count("the recorded run did not finish: 2 of its 5 rounds are recorded") == 1
+    assert "of its 2 rounds" not in out

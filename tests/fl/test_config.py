@@ -371,6 +371,22 @@ def test_the_default_threshold_and_degree_spelled_out_have_one_spelling(protocol
     assert other.secagg.threshold == higher
 
 
+def test_the_default_threshold_of_a_degree_set_by_hand_spelled_out_has_one_spelling():
+    """The strict majority is that of the degree the config names: at 20 clients and degree 6 (not the default 10),
+    threshold 4 is the default, and another is a setting."""
+    base = ["secagg=secaggplus", "fl.num_clients=20", "fl.clients_per_round=20", "compression.ratio=0.1",
+            "secagg.neighbours=6"]
+    spelled = validate(fl.compose([*base, "secagg.threshold=4"]))
+    assert spelled.secagg.threshold is None
+    assert config_hash(as_dict(spelled)) == config_hash(as_dict(validate(fl.compose(base))))
+    assert validate(fl.compose([*base, "secagg.threshold=5"])).secagg.threshold == 5
+
+
+def test_a_max_weight_of_one_is_accepted():
+    """Every split has a client of at least the mean size (weight 1), so 1 is the smallest max_weight that holds
+    one: a split of equal clients, each weighing exactly 1."""
+    assert validate(fl.compose(["secagg=dh", "secagg.max_weight=1"])).secagg.max_weight == 1
+
 def test_a_codec_seed_of_null_is_refused_for_a_run():
     """None is the codecs' own 'fresh OS entropy': two runs under one config hash gave different accuracy, and
     the second was then skipped as finished."""

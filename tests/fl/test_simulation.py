@@ -565,3 +565,19 @@ def test_done_json_holds_the_runs_byte_totals_and_only_round_0_carries_the_start
     assert done["bytes_up"] == rows["bytes_up"].sum() and done["bytes_down"] == rows["bytes_down"].sum()
     assert done["bytes_up"] != done["bytes_down"] and done["rounds"] == len(rows) == 3
     assert rows["t_setup"].iloc[0] > 0 and (rows["t_setup"].iloc[1:] == 0).all()  # summed, it counts once
+
+
+@pytest.mark.parametrize("overrides,kept", [(["compression=topk", "secagg=none"], True),
+                                            (["compression=qsgd", "secagg=none"], False),         # unbiased
+                                            (["compression=countsketch", "secagg=dh"], False),    # masked as a table
+                                            (["compression=topk", "secagg=none", "compression.client=false"], False)])
+def test_the_error_feedback_column_says_whether_clients_kept_residuals_not_how_the_switch_was_set(overrides, kept):
+    """compression.error_feedback stays at its default (true) where no client can keep a residual: the column must
+    not read as error feedback acting in an unbiased, masked-linear or broadcast-only run."""
+    from fl.config import validate
+    from fl.plan import Plan
+
+    cfg = validate(fl.compose(overrides))
+    assert cfg.compression.error_feedback
+    columns = sim.static_columns(cfg, Plan.build(cfg, [100]), "run", "hash", 1, "torch")
+    assert columns["error_feedback"] is kept

@@ -46,6 +46,14 @@ def test_a_taken_name_cannot_be_registered_to_another_class():
     assert secagg.get("DHProtocol") is DHProtocol
 
 
+def test_registering_a_protocol_again_under_its_own_names_changes_nothing():
+    """A module imported twice (or a plugin registering what is already there) re-registers the same class under
+    the same names: that is no clash, and every name still resolves as before."""
+    secagg.register("dh", DHProtocol, aliases=("DHProtocol",))
+    assert secagg.get("dh") is secagg.get("DHProtocol") is secagg.get("DH") is DHProtocol
+    assert secagg.names().count("dh") == 1
+
+
 def test_a_name_differing_only_in_case_cannot_take_over_a_spelling():
     """`Dh` was accepted beside `dh`, and then `DH` (and `Dh`) resolved to the newcomer, where before they meant
     dh: compression's registry refuses such a name, the mask-protocol registry now does too."""

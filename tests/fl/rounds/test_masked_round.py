@@ -483,13 +483,23 @@ def test_fresh_with_a_count_sketch_summary_aborts_a_round_whose_second_sum_misse
     assert (rows["aborted"] == (between > 0)).all()
 
 
-def test_the_sketch_bytes_are_the_tables_of_the_clients_whose_masked_input_was_summed(tmp_path):
-    """Under dropouts, the sketch's share of the upload counts the tables that arrived, not the cohort's."""
+def test_the_sketch_bytes_are_the_tables_of_the_clients_whose_masked_input_was_summed(tmp_path, monkeypatch):
+    """Under dropouts, the sketch's share of the upload counts the tables that arrived, not the cohort's: each table
+    its cells at the field's width, as the masked vector carries them."""
+    tables = set()
+    init = MaskedAggregator.__init__
+
+    def recording(self, plan, session, cohort, layout):
+        tables.add((layout.cells, layout.bits))
+        init(self, plan, session, cohort, layout)
+
+    monkeypatch.setattr(MaskedAggregator, "__init__", recording)
     rows = _masked_run(tmp_path, "compression.index_policy=sketch", "secagg.dropout=0.05", "fl.rounds=4")
     summed = 8 - rows[["dropped_advertise", "dropped_share_keys", "dropped_masked_input", "rejected"]].sum(axis=1)
     assert not rows["aborted"].any() and summed.nunique() > 1  # dropouts before the sum in some rounds only
     per_table = rows["bytes_up_sketch"] / summed
-    assert per_table.nunique() == 1 and per_table.iloc[0] > 0
+    ((cells, bits),) = tables
+    assert cells > 0 and (per_table == wire.masked_bytes(cells, bits)).all()
 
 
 def test_an_aborted_round_counts_the_sketch_share_of_the_masked_inputs_it_received(tmp_path):

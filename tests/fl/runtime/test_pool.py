@@ -79,6 +79,29 @@ def test_a_pool_whose_every_worker_died_evaluates_on_a_fresh_one_and_reports_it_
         pool.close()
 
 
+def test_an_evaluation_whose_fresh_workers_die_too_fails_the_run_with_a_clear_error():
+    """A fresh worker is started once for an evaluation that found every worker dead: one that dies as well (a model
+    that kills every process evaluating it) fails the run, rather than replacing workers for ever."""
+    from fl.simulation import Evaluator
+
+    class Dying:  # every worker dies in every evaluation
+        def __init__(self):
+            self.workers, self.dead, self.replaced = [object()], set(), 0
+
+        def evaluate(self, calls):
+            self.dead |= set(calls)
+            return dict.fromkeys(calls)
+
+        def replace_dead(self):
+            self.replaced += 1
+            assert self.replaced < 5, "replacing workers for ever"
+            self.dead.clear()
+
+    pool = Dying()
+    with pytest.raises(RuntimeError, match="every worker died while evaluating the model, fresh ones too"):
+        Evaluator(pool, 1, 100).evaluate_ranges("ref", {0: (0, 1)})
+    assert pool.replaced == 1
+
 def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
     from fl.runtime.pool import RayPool
     from fl.server import Broadcaster
@@ -150,6 +173,7 @@ def test_a_worker_that_died_between_two_cells_is_replaced_when_the_pool_is_attac
         _kill(ray_session, pool.workers[1])  # between the cells
         pool.attach(data, plan)  # the next cell
         assert pool.dead == set() and set(pool._shared) == {0}  # the fresh worker 1 replies through Ray
+        assert pool.revive() == []  # replaced before the new run's first round: its server has nothing to forget
         replies = pool.call(plain.client_round, {0: (broadcast, 0, [], None), 1: (broadcast, 0, [], None)})
         assert replies[0] is not None and replies[1] is not None
     finally:

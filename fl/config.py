@@ -277,6 +277,14 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             f"compression {c.compression.name!r} with unbiased values cannot be masked: masked values travel at the "
             "shared index set as they are (no n/k scaling) and clients keep their residuals, so the run would be the "
             "biased codec without error feedback under another name; leave the option out, or use secagg=none")
+    # The broadcast sends the codec of (global - what clients hold): an entry drawn comes back scaled by n/k, so the
+    # part left multiplies by (1 - n/k), and in mean square the difference grows by (1 - ratio) / ratio a round.
+    if c.compression.server and getattr(codec, "unbiased", False) and c.compression.ratio <= 0.5:
+        raise ConfigError(
+            f"compression {c.compression.name!r} with unbiased values on the broadcast (compression.server=true) at "
+            f"ratio {c.compression.ratio} <= 0.5 diverges: the server keeps what it has not sent, and each entry sent "
+            "is scaled by n/k, so what clients hold drifts from the model by (1 - ratio) / ratio more each round; "
+            "use compression.server=false, leave the option out, or a ratio above 0.5")
     if secagg.get(c.secagg.name).masks and linear and (missing := missing_linear_methods(codec)):
         raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
                           f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")

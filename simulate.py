@@ -4,6 +4,7 @@ Hydra composes conf/config.yaml with the overrides; fl.run validates it, runs it
 row per round to <results.dir>/<config_hash>/rounds.csv.
 """
 import gc
+import os
 import signal
 import sys
 import traceback
@@ -24,6 +25,8 @@ register_schema()
 @hydra.main(config_path="conf", config_name="config", version_base="1.3")
 def main(cfg: DictConfig) -> str | None:
     """Runs one cell; in a sweep, returns how a cell that did not finish ended (None: it finished)."""
+    if HydraConfig.get().job.chdir:  # relative paths resolve against where the command ran, as documented, not
+        os.chdir(HydraConfig.get().runtime.cwd)  # in the sweep's record, where a rerun would never find its rows
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     overrides = list(HydraConfig.get().overrides.task) if multirun else []
     try:

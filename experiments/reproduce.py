@@ -44,6 +44,7 @@ def rerun(run_dir: Path, rounds: int | None, backend: str, workers: int | None, 
 
 CATCHUP_COUNTED = "8000978b6fe98b7fd8c5b7d02d1cc5deb6baf715"  # from here on a catch-up is charged its own length
 CATCHUP_SLACK = 16  # bytes per catch-up: round 0's broadcast and the catch-up message differ by less
+REPO = Path(__file__).resolve().parent.parent  # the commits are looked up here, wherever the command is run from
 
 
 def counted_catchups_as_round_0(code) -> bool:
@@ -52,7 +53,7 @@ def counted_catchups_as_round_0(code) -> bool:
     commit = str(code).split("+")[0] if isinstance(code, str) else ""
     if not commit:
         return True
-    ancestor = subprocess.run(["git", "merge-base", "--is-ancestor", commit, f"{CATCHUP_COUNTED}^"],
+    ancestor = subprocess.run(["git", "-C", str(REPO), "merge-base", "--is-ancestor", commit, f"{CATCHUP_COUNTED}^"],
                               capture_output=True)
     return ancestor.returncode == 0
 

@@ -177,6 +177,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"seed must be in [0, 2**32), got {c.seed}")
     if not c.results.dir.strip():  # '' would scatter run folders over the working directory
         raise ConfigError("results.dir is empty: name a folder (the default is results/runs; '.' for here)")
+    paths = {"results.dir": c.results.dir} | ({"dataset.root": c.dataset.root} if c.dataset.name != "digits" else {})
+    for key, path in paths.items():  # nothing expands '~' (fl.run_server(results={'dir': '~/x'}), a quoted override)
+        if path.startswith("~"):
+            raise ConfigError(f"{key}={path} is not expanded (it names a folder '~' in the working directory): "
+                              "write the path out, e.g. $HOME/...")
     if not 0 < c.dataset.test_fraction < 1:
         raise ConfigError(f"dataset.test_fraction must be in (0, 1), got {c.dataset.test_fraction}")
     if c.dataset.name not in DATASETS:

@@ -28,6 +28,17 @@ def test_rows_from_the_commit_that_changed_the_rule_on_are_compared_exactly():
     assert diffs == ["accuracy differs in rounds [1]: 0.6 vs 0.7"]
 
 
+def test_the_commits_are_looked_up_in_the_code_s_repository_whatever_the_working_directory(tmp_path, monkeypatch):
+    """Run from outside the checkout, `git merge-base` found no repository: rows from before the rule were
+    compared exactly, and every committed cell with catch-ups recorded before it was said to differ."""
+    older = "4eda4d26612a"  # the parent of CATCHUP_COUNTED
+    monkeypatch.chdir(tmp_path)
+    assert reproduce.counted_catchups_as_round_0(older)
+    assert not reproduce.counted_catchups_as_round_0(reproduce.CATCHUP_COUNTED[:12])
+    diffs, notes = reproduce.compare(_rows(older, [1000, 2000]), _rows(older, [1000, 2006]))
+    assert diffs == [] and "6 bytes over 3 catch-ups" in notes[0]
+
+
 def test_a_difference_on_another_cpu_is_named_as_such():
     ours = _rows("", [1000, 2000]).assign(env_cpu="Intel Xeon")
     theirs = ours.assign(env_cpu="AMD EPYC", accuracy=[0.5, 0.7])

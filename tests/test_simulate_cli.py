@@ -26,6 +26,18 @@ def test_simulate_writes_one_row_per_round_and_shows_progress(tmp_path):
     assert "acc=" in out.stderr and "final accuracy" in out.stdout
 
 
+def test_relative_paths_resolve_against_the_directory_run_from_even_under_hydra_job_chdir(tmp_path):
+    """With hydra.job.chdir=true each cell's rows went to <results.dir>/sweeps/<time>/<n>/<results.dir>/, inside the
+    sweep's record: a rerun of the same command found none of them and ran every cell again."""
+    cell = ["-m", "hydra.job.chdir=true", "backend=inline", "model=mlp_small", "fl.rounds=1", "secagg=none", "seed=0,1",
+            "results.dir=runs"]
+    first = simulate(*cell, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    assert sorted(p.parent.parent.name for p in tmp_path.glob("**/rounds.csv")) == ["runs", "runs"]
+    again = simulate(*cell, cwd=tmp_path)
+    assert again.returncode == 0 and again.stdout.count("skipping") == 2, again.stderr
+
+
 @pytest.mark.parametrize("override,message", [
     ("compression.ratio=0", "compression.ratio must be in (0, 1]"),
     ("compression.ratio=1.01", "compression.ratio must be in (0, 1]"),

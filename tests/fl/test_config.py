@@ -110,6 +110,18 @@ def test_a_protocol_of_none_is_off_and_a_section_may_be_a_dict_of_its_keys():
         fl.build_config(dataset={"not_a_key": 1})
 
 
+def test_a_path_starting_with_a_tilde_is_refused_not_made_a_folder_named_tilde(tmp_path, monkeypatch):
+    """Hydra's grammar refuses an unquoted ~, but the Python API took results={'dir': '~/runs'} and wrote the rows
+    to ./~/runs (and dataset.download=true would have downloaded into ./~/data)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"results.dir=~/runs is not expanded .* write the path out"):
+        fl.run_server(rounds=1, backend="inline", model="mlp_small", results={"dir": "~/runs"})
+    with pytest.raises(ConfigError, match=r"dataset.root=~/data is not expanded"):
+        validate(fl.build_config(dataset="fashion_mnist", **{"dataset.root": "~/data", "dataset.download": True}))
+    assert validate(fl.build_config(**{"dataset.root": "~/data"})).dataset.root == "data"  # digits reads no folder
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_server_refuses_unknown_keyword():
     with pytest.raises(ConfigError, match="not_a_key"):
         fl.build_config(not_a_key=3)

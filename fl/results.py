@@ -146,9 +146,14 @@ class RunLog:
 
     def release(self) -> None:
         """Remove the lock file, then let it go (a process that opened it meanwhile sees it removed and retries);
-        the folder too if nothing else is in it (a run refused before its first row leaves nothing)."""
+        the folder too if nothing else is in it (a run refused before its first row leaves nothing). A lock file
+        that cannot be removed (a folder made read-only) is left unheld, as a killed run's is: raising here would
+        hide how the run ended, and keep the folder locked while this process lives."""
         if self._lock is not None:
-            (self.dir / LOCK_NAME).unlink(missing_ok=True)
+            try:
+                (self.dir / LOCK_NAME).unlink(missing_ok=True)
+            except OSError:
+                pass
             os.close(self._lock)
             self._lock = None
             try:

@@ -69,18 +69,20 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     seed, rounds, eval_every = int(cfg.seed), int(cfg.fl.rounds), int(cfg.fl.eval_every)
     overlap = bool(cfg.fl.eval_overlap)
     num_clients, clients_per_round = int(cfg.fl.num_clients), int(cfg.fl.clients_per_round)
-    log.start(cfg_dict)
-    summary.to_csv(log.dir / "partitions.csv")  # per-client sample and class counts, once per run
-    tqdm.write(f"fedsqueeze: {num_clients} clients ({cfg.dataset.partition}): samples {summary['samples'].min()}-"
-               f"{summary['samples'].max()}, classes per client {summary['classes'].min()}-{summary['classes'].max()}")
     rows = []
-    timeline = {"rounds_started_at": time.time()}  # wall clock (Unix seconds): start-up and exit are measured from it
+    timeline = {}
     samples = summary["samples"].to_numpy()
     train_seconds = 0.0  # a training sample's seconds (all local epochs), last measured: 0 until then
     waiting = None  # (row, tally, cohort size, weights) of the round whose evaluation the next one carries
     carried = None
     held: dict[int, int] = {}  # worker -> bytes of client state it last reported (fl.rounds.exchange.Tally)
     try:
+        log.start(cfg_dict)  # inside: a file it cannot write is recorded as a crash in a round is
+        summary.to_csv(log.dir / "partitions.csv")  # per-client sample and class counts, once per run
+        tqdm.write(f"fedsqueeze: {num_clients} clients ({cfg.dataset.partition}): samples {summary['samples'].min()}-"
+                   f"{summary['samples'].max()}, classes per client {summary['classes'].min()}-"
+                   f"{summary['classes'].max()}")
+        timeline["rounds_started_at"] = time.time()  # wall clock (Unix seconds): start-up and exit are measured from it
         bar = tqdm(range(rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
             t_round = time.perf_counter()
@@ -185,9 +187,13 @@ def log_round(log: RunLog, rows: list, row: dict, tally: Tally, cohort_size: int
 def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFrame:
     """Close the run; its rows as rounds.csv holds them (every column, as a rerun that skips it returns them)."""
     frame = pd.DataFrame(rows)
-    log.finish({"run_id": log.run_id, "rounds": len(rows), "final_accuracy": rows[-1].get("accuracy"),
-                "bytes_up": int(frame["bytes_up"].sum()), "bytes_down": int(frame["bytes_down"].sum()),
-                "started_at": log.started_at, **(timeline or {})})
+    try:
+        log.finish({"run_id": log.run_id, "rounds": len(rows), "final_accuracy": rows[-1].get("accuracy"),
+                    "bytes_up": int(frame["bytes_up"].sum()), "bytes_down": int(frame["bytes_down"].sum()),
+                    "started_at": log.started_at, **(timeline or {})})
+    except BaseException as err:  # no done.json: the rows read as a killed run's unless the failure is recorded
+        log.fail(f"{type(err).__name__} after the last round: {err}")
+        raise
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
     aborted = frame["aborted"].astype(bool)

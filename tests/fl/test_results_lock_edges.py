@@ -36,6 +36,27 @@ def test_a_lock_file_removed_between_open_and_lock_is_not_taken_for_the_folders_
         mine.release()
 
 
+def test_a_lock_file_that_cannot_be_removed_is_let_go_without_raising_over_the_runs_own_error(tmp_path, monkeypatch):
+    """A run folder made read-only (chattr +i) while a run held it: release raised PermissionError over the run's own
+    error and kept the lock held for the rest of the process (a sweep's later cells)."""
+    mine = RunLog(tmp_path, "cell", "mine")
+    mine.claim()
+    original = results.Path.unlink
+
+    def read_only(path, missing_ok=False):
+        if path.name == LOCK_NAME:
+            raise PermissionError(1, "Operation not permitted", str(path))
+        return original(path, missing_ok)
+
+    monkeypatch.setattr(results.Path, "unlink", read_only)
+    mine.release()
+    monkeypatch.setattr(results.Path, "unlink", original)
+    assert (tmp_path / "cell" / LOCK_NAME).exists()  # left, unheld: the next run takes it over
+    other = RunLog(tmp_path, "cell", "other")
+    other.claim()
+    other.release()
+
+
 def test_the_holder_named_to_a_refused_run_is_the_live_one_not_a_killed_runs_note(tmp_path):
     folder = tmp_path / "cell"
     folder.mkdir()

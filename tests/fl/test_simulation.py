@@ -315,6 +315,30 @@ def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it
     assert len(rows) == 3 and (failed.parent / "done.json").exists() and failed.exists()
 
 
+@pytest.mark.parametrize("blocked", ["partitions.csv", "done.json.partial-{pid}"])
+def test_a_run_that_raises_writing_its_files_is_recorded_and_never_marked_finished(tmp_path, blocked):
+    """A file the run cannot write (here: a folder in its place; a full disk, a file system gone read-only) before
+    its first round or after its last: the error is recorded in failed-<run_id>.txt, as a crash in a round is (it
+    left nothing but the rows, which read as a kill), and the rows are not marked finished."""
+    import os
+
+    from fl.config import as_dict, validate
+    from fl.results import config_hash
+
+    cfg = fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=3"])
+    folder = tmp_path / config_hash(as_dict(validate(cfg)))
+    (folder / blocked.format(pid=os.getpid())).mkdir(parents=True)
+    with pytest.raises(IsADirectoryError):
+        fl.run(cfg)
+    (failed,) = folder.glob("failed-*.txt")
+    assert failed.read_text().startswith("IsADirectoryError") and not (folder / "done.json").exists()
+    rows = read_rows(folder / "rounds.csv")
+    if blocked == "partitions.csv":
+        assert rows.empty
+    else:  # every round's row, named for the run whose failure is recorded
+        assert list(rows["round"]) == [0, 1, 2] and failed.name == f"failed-{rows['run_id'].iloc[0]}.txt"
+
+
 def test_data_that_is_not_found_is_refused_and_leaves_no_folder(tmp_path):
     with pytest.raises(fl.ConfigError, match="apt-get install dataset-fashion-mnist"):
         run(tmp_path / "runs", "dataset=fashion_mnist", f"dataset.root={tmp_path / 'none'}", "dataset.system_dirs=[]",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import math
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from omegaconf import DictConfig, OmegaConf
@@ -177,6 +178,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"seed must be in [0, 2**32), got {c.seed}")
     if not c.results.dir.strip():  # '' would scatter run folders over the working directory
         raise ConfigError("results.dir is empty: name a folder (the default is results/runs; '.' for here)")
+    if Path(c.results.dir).is_file():
+        raise ConfigError(f"results.dir={c.results.dir} is a file: name a folder")
     paths = {"results.dir": c.results.dir} | ({"dataset.root": c.dataset.root} if c.dataset.name != "digits" else {})
     for key, path in paths.items():  # nothing expands '~' (fl.run_server(results={'dir': '~/x'}), a quoted override)
         if path.startswith("~"):

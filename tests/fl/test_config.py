@@ -492,3 +492,10 @@ def test_the_api_takes_numpy_numbers_as_the_python_numbers_they_hold():
 
     cfg = fl.build_config(compress_ratio=np.float64(0.1), rounds=np.int64(2), results={"dir": "out"})
     assert cfg.compression.ratio == 0.1 and cfg.fl.rounds == 2 and type(cfg.fl.rounds) is int
+
+
+def test_a_results_dir_that_is_a_file_is_refused_before_any_work(tmp_path):
+    """It ended in NotADirectoryError when the run made its folder."""
+    (tmp_path / "runs").write_text("")
+    with pytest.raises(ConfigError, match=r"results.dir=.*runs is a file: name a folder"):
+        validate(fl.compose([f"results.dir={tmp_path / 'runs'}"]))

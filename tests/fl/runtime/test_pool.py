@@ -30,19 +30,27 @@ def _kill(ray, actor):
         time.sleep(0.05)
 
 
+def _evaluated_inline(data, plan, weights, workers: int):
+    """Accuracy and loss as workers in this process give them: what a Ray pool gives, whichever of its workers die."""
+    from fl.runtime.pool import InlinePool
+    from fl.simulation import Evaluator
+
+    inline = InlinePool("cpu", workers)
+    try:
+        inline.attach(data, plan)
+        return Evaluator(inline, workers, len(data.y_test))(weights)
+    finally:
+        inline.close()
+
+
 def test_the_test_split_of_a_dead_ray_worker_is_evaluated_by_a_live_one(ray_session):
     """Digits' test split is one batch, so worker 0 alone evaluates it: when it dies, worker 1 must."""
-    from fl.runtime.pool import InlinePool, RayPool
+    from fl.runtime.pool import RayPool
     from fl.simulation import Evaluator
 
     data, plan = _digits_plan()
     weights = np.random.default_rng(0).normal(0, 0.1, plan.length).astype(np.float32)
-    inline = InlinePool("cpu", 2)
-    try:
-        inline.attach(data, plan)
-        expected = Evaluator(inline, 2, len(data.y_test))(weights)
-    finally:
-        inline.close()
+    expected = _evaluated_inline(data, plan, weights, 2)
     pool = RayPool("cpu", 2, 1.0, 0.0)
     try:
         pool.attach(data, plan)
@@ -57,17 +65,12 @@ def test_the_test_split_of_a_dead_ray_worker_is_evaluated_by_a_live_one(ray_sess
 def test_a_pool_whose_every_worker_died_evaluates_on_a_fresh_one_and_reports_it_at_the_next_revive(ray_session):
     """ray.num_workers=1 (or every worker dead at once): the death, survived as a dropout with two workers, failed
     the run with "every worker died while evaluating the model". The server must still catch the fresh one up."""
-    from fl.runtime.pool import InlinePool, RayPool
+    from fl.runtime.pool import RayPool
     from fl.simulation import Evaluator
 
     data, plan = _digits_plan()
     weights = np.random.default_rng(0).normal(0, 0.1, plan.length).astype(np.float32)
-    inline = InlinePool("cpu", 1)
-    try:
-        inline.attach(data, plan)
-        expected = Evaluator(inline, 1, len(data.y_test))(weights)
-    finally:
-        inline.close()
+    expected = _evaluated_inline(data, plan, weights, 1)
     pool = RayPool("cpu", 1, 1.0, 0.0)
     try:
         pool.attach(data, plan)

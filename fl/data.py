@@ -443,7 +443,8 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
         out = [np.sort(np.concatenate(p)) for p in parts]
         if min(len(p) for p in out) >= min_size:
             return out
-    raise ConfigError(f"Dirichlet(alpha={alpha}) left a client with fewer than {min_size} samples in each of 1000 "
+    fewer = "no samples" if min_size == 1 else f"fewer than {min_size} samples"
+    raise ConfigError(f"Dirichlet(alpha={alpha}) left a client with {fewer} in each of 1000 "
                       f"draws ({n} samples for {num_clients} clients); raise dataset.alpha or dataset.max_train, or "
                       "lower fl.num_clients")
 

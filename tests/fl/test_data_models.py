@@ -126,6 +126,8 @@ def test_a_dirichlet_split_that_leaves_a_client_empty_names_both_ways_out():
     with pytest.raises(ValueError, match=r"1437 samples for 300 clients\); raise dataset.alpha or dataset.max_train, "
                                          "or lower fl.num_clients"):
         partition(labels, 300, "dirichlet", 0.3, 62)
+    with pytest.raises(ValueError, match=r"left a client with no samples in each of 1000 draws"):  # a run's min_size
+        partition(labels, 1000, "dirichlet", 0.3, 62, min_size=1)
 
 
 def test_unknown_partition_is_refused():

@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
-from fl.results import COLUMNS, finished, read_rows  # noqa: E402
+from fl.results import COLUMNS, ID_COLUMNS, finished, read_rows  # noqa: E402
 from experiments.args import accuracy, summary  # noqa: E402
 from experiments.outputs import check_target, command_line, together  # noqa: E402
 from experiments import hosts  # noqa: E402
@@ -124,8 +124,8 @@ def _config(config: Path) -> dict:
 
 
 # the rows' columns of names; the others hold numbers, or True/False in FLAGS
-TEXT = ("run_id", "config_hash", "dataset", "partition", "model", "compression", "index_policy", "secagg", "env",
-        "env_cpu", "env_torch", "device", "backend", "code")
+TEXT = (*ID_COLUMNS, "dataset", "partition", "model", "compression", "index_policy", "secagg", "env", "env_cpu",
+        "env_torch", "device", "backend")
 FLAGS = ("client_compression", "server_compression", "error_feedback", "aborted")
 
 
@@ -134,6 +134,8 @@ def _numbers(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     True/False in one of FLAGS): pandas would compare it as text, add it up as text or read it as True."""
     for column in [c for c in COLUMNS if c in frame and c not in TEXT]:
         values = frame[column].dropna()
+        if pd.api.types.is_numeric_dtype(values):  # read as numbers (or True/False) whole: nothing to find
+            continue
         bad = values[~values.isin([True, False, "True", "False"])] if column in FLAGS else \
             values[pd.to_numeric(values, errors="coerce").isna()]
         if len(bad):

@@ -419,8 +419,8 @@ def test_unbiased_randk_is_refused_under_masking():
 
 def test_unbiased_randk_on_the_broadcast_is_refused_where_it_diverges():
     """The broadcast is the codec of (global - what clients hold); rand-k scaled by n/k multiplied the part not yet
-    sent by 1 - n/k: at ratio 0.1 on digits the clients' model drifted from the global one by 1.7, 5.6, 14, 48, ...
-    1086 in 7 rounds, and the run collapsed without a word."""
+    sent by 1 - n/k, so the clients' model drifted from the global one by (1 - ratio) / ratio more (in mean square)
+    each round, and the run collapsed without a word."""
     unbiased = ["secagg=none", "compression=randk", "+compression.options.unbiased=true"]
     for ratio in ("0.1", "0.5"):
         for client in ("true", "false"):

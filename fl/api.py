@@ -38,7 +38,8 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
     None keep the codec's preset (conf/compression/<name>.yaml: both on, but qsgd's broadcast, which diverges).
     Other keys: dotted paths ('dataset.alpha'), a section as a dict (`results={'dir': 'out'}`), `fl` fields by
     their short name (`rounds`, `num_clients`, ...), top-level keys (`seed`, `backend`) or the `model` or `dataset`
-    group by option name (`model='mlp_small'`)."""
+    group by option name (`model='mlp_small'`). A key is given once: a second spelling of it (`compress_ratio` and
+    `compression={'ratio': ...}`) is refused, not silently preferred."""
     for group, switch in (("secagg", "mask_protocol"), ("compression", "compression_protocol")):
         if isinstance(other_config.get(group), str):  # these two groups are chosen by the seed framework's switches
             raise ConfigError(f"{group}={other_config[group]!r}: choose it with {switch}={other_config[group]!r}")
@@ -54,13 +55,17 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
         cfg = compose(groups)
     except Exception as err:  # an unknown model or dataset name: Hydra's message lists the options
         raise ConfigError(" ".join(str(err).split()).split(" Config search path")[0]) from None
-    values = {"compression.ratio": compress_ratio}
-    for key, switch in (("compression.server", server_with_compression),
-                        ("compression.client", client_with_compression)):
+    values, spelled = {"compression.ratio": compress_ratio}, {"compression.ratio": "compress_ratio"}
+    for key, name, switch in (("compression.server", "server_with_compression", server_with_compression),
+                              ("compression.client", "client_with_compression", client_with_compression)):
         if switch is not None:
-            values[key] = switch
-    for key, value in _dotted(other_config):
-        values[f"fl.{key}" if key in _FL_KEYS else key] = value
+            values[key], spelled[key] = switch, name
+    for name, value in _dotted(other_config):
+        key = f"fl.{name}" if name in _FL_KEYS else name
+        if key in spelled:  # two spellings of one key: neither may silently win
+            raise ConfigError(f"{key} is given twice, as {spelled[key]}={values[key]!r} and as {name}={value!r}: "
+                              f"give it once")
+        values[key], spelled[key] = value, name
     for key, value in values.items():
         if isinstance(value, np.generic):  # np.linspace's or an array's element: OmegaConf takes Python scalars only
             value = value.item()

@@ -127,6 +127,19 @@ def test_run_server_refuses_unknown_keyword():
         fl.build_config(not_a_key=3)
 
 
+@pytest.mark.parametrize("kwargs,match", [
+    ({"rounds": 5, "fl": {"rounds": 9}}, r"fl.rounds is given twice, as rounds=5 and as fl.rounds=9"),
+    ({"compress_ratio": 0.1, "compression": {"ratio": 0.2}}, r"compression.ratio is given twice, as compress_ratio"),
+    ({"compression": {"ratio": 0.2}}, r"compression.ratio is given twice, as compress_ratio=0.5"),
+    ({"client_with_compression": False, "compression.client": True}, r"compression.client is given twice"),
+    ({"seed": 1, "fl": {"lr": 0.1}, "fl.lr": 0.2}, r"fl.lr is given twice"),
+])
+def test_one_key_given_twice_by_two_spellings_is_refused(kwargs, match):
+    """The later spelling won without a word (compress_ratio=0.1 with compression={'ratio': 0.2} ran at 0.2)."""
+    with pytest.raises(ConfigError, match=match):
+        fl.build_config(**kwargs)
+
+
 @pytest.mark.parametrize("override,match", [
     ("fl.clients_per_round=11", "clients_per_round"),
     ("backend=spark", "backend"),

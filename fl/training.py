@@ -114,5 +114,7 @@ def evaluate_batches(model: nn.Module, x, y, first: int, stop: int, device: str 
         loss = nn.functional.cross_entropy(logits, yb, reduction="sum")
         if not torch.isfinite(loss) and torch.isfinite(logits).all():  # float32 overflowed on finite logits
             loss = nn.functional.cross_entropy(logits.double(), yb, reduction="sum")
-        out.append((int((logits.argmax(1) == yb).sum()), float(loss.double())))
+        # a row with a NaN logit predicts nothing (argmax would name the NaN's class, class 0 when all are NaN)
+        right = (logits.argmax(1) == yb) & ~torch.isnan(logits).any(1)
+        out.append((int(right.sum()), float(loss.double())))
     return out

@@ -125,6 +125,29 @@ def test_the_mean_loss_of_a_blown_up_model_is_its_number_where_float32s_sum_woul
     assert not np.isfinite(evaluate(model, x, y)[1])
 
 
+def test_a_model_whose_logits_are_nan_is_right_about_no_sample():
+    """Logits that overflow inside the model become NaN (inf - inf); argmax names a NaN's class, class 0 where
+    every logit is NaN, so a run at fl.lr=150 read accuracy 0.097 (the test split's share of class 0)."""
+    class Scaled(torch.nn.Module):  # logits times `scale`: inf * 0 is NaN
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.tensor(1.0))
+
+        def forward(self, x):
+            return x * self.scale
+
+    model = Scaled()
+    x = np.tile(np.array([[0.0, 1.0, 0.0]], np.float32), (30, 1))
+    y = np.ones(30, np.int64)
+    assert evaluate(model, x, y)[0] == 1.0
+    with torch.no_grad():
+        model.scale.fill_(float("inf"))  # every row: [NaN, inf, NaN]
+    accuracy, loss = evaluate(model, x, y)
+    assert accuracy == 0.0 and np.isnan(loss)
+    y[:] = 0  # class 0, the NaN's: argmax names it
+    assert evaluate(model, x, y)[0] == 0.0
+
+
 def test_local_training_runs_every_epoch_over_every_sample():
     model, _ = _pair(4)
     rng = np.random.default_rng(1)

@@ -231,10 +231,13 @@ def finished(folder: Path) -> bool:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """`text` as the whole of `path`: written beside it, then put in its place (a crash leaves the old file or the
-    new one, never half of it)."""
+    """`text` as the whole of `path`: written beside it, flushed to disk, then put in its place (a crash, of the
+    process or of the machine, leaves the old file or the new one, never half of it)."""
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    tmp.write_text(text)
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())  # else a power loss may keep the rename and lose the text: an empty done.json
     os.replace(tmp, path)
 
 

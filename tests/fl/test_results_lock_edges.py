@@ -127,3 +127,19 @@ def test_rows_kept_aside_under_this_runs_id_are_not_replaced_when_this_run_is_ki
     assert len(kept) == 3  # and the second run's header-only rows, under its own id
     assert sorted(p.name for p in folder.glob("done.unmatched-*")) == ["done.unmatched-bbbb.1.json",
                                                                         "done.unmatched-bbbb.json"]
+
+
+def test_a_file_written_whole_is_on_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    """Without an fsync before the rename, a power loss can keep the rename and lose the text (an empty
+    done.json or config.json in a finished run's folder)."""
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                  real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(a))), real_replace(a, b)))
+    target = tmp_path / "done.json"
+    target.write_text("old")
+    results.write_atomic(target, '{"rounds": 3}')
+    tmp = str(tmp_path / f"done.json.partial-{os.getpid()}")
+    assert events == [("fsync", tmp), ("replace", tmp)]
+    assert target.read_text() == '{"rounds": 3}' and sorted(p.name for p in tmp_path.iterdir()) == ["done.json"]

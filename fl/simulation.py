@@ -76,6 +76,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     waiting = None  # (row, tally, cohort size, weights) of the round whose evaluation the next one carries
     carried = None
     held: dict[int, int] = {}  # worker -> bytes of client state it last reported (fl.rounds.exchange.Tally)
+    peaks: dict[int, float] = {}  # worker -> its peak memory so far (MB; a revived worker's predecessor's counts)
     try:
         log.start(cfg_dict)  # inside: a file it cannot write is recorded as a crash in a round is
         summary.to_csv(log.dir / "partitions.csv")  # per-client sample and class counts, once per run
@@ -105,7 +106,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             t0 = time.perf_counter()
             delivery, down, row["catchups"] = server.broadcast(r, cohort, by_worker, pool.put)
             stats["t_broadcast"] = time.perf_counter() - t0
-            tally = Tally(row, stats, down, held)
+            tally = Tally(row, stats, down, held, peaks)
             if plan.masked:
                 if not masked.run(server, pool, tally, r, chash, cohort, by_worker, delivery, log.run_id, carried):
                     server.aborted(r)

@@ -14,11 +14,14 @@ REFUSED = b""  # a client's message when its own update was invalid (NaN/Inf, or
 class Tally:
     """What one round has counted so far: bytes per direction and kind, seconds, and the row. `held`: the
     run's last report of each worker's client state (bytes), kept across rounds, so the row's `state_bytes`
-    covers every worker, not only those called this round."""
+    covers every worker, not only those called this round; `peaks`: each worker's peak memory (MB) so far,
+    kept likewise, so the row's `worker_peak_mb` is the largest worker's even in a round that does not call it."""
 
-    def __init__(self, row: dict, stats: dict, down: int, held: dict[int, int]):
-        self.row, self.stats, self.down, self.held = row, stats, down, held
+    def __init__(self, row: dict, stats: dict, down: int, held: dict[int, int], peaks: dict[int, float]):
+        self.row, self.stats, self.down, self.held, self.peaks = row, stats, down, held, peaks
         self.stats["state_bytes"] = sum(self.held.values())
+        if self.peaks:
+            self.stats["worker_peak_mb"] = max(self.peaks.values())
         self.up_payload = self.up_protocol = self.up_sketch = 0
 
     def timed(self, key: str, fn, *args):
@@ -67,6 +70,9 @@ def _in_client_order(streams: dict, clients: dict[int, list[int]], tally: Tally,
             if "state_bytes" in item:
                 tally.held[w] = item.pop("state_bytes")
                 stats["state_bytes"] = sum(tally.held.values())
+            if "worker_peak_mb" in item:
+                tally.peaks[w] = max(tally.peaks.get(w, 0.0), item.pop("worker_peak_mb"))
+                stats["worker_peak_mb"] = max(tally.peaks.values())
             _add_stats(stats, item)
 
     for cid in sorted(owner):

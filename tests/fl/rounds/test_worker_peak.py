@@ -1,0 +1,29 @@
+"""The row's worker_peak_mb is the largest worker's peak so far (docs/configuration.md), also in a round whose
+dropouts leave that worker uncalled."""
+from collections import defaultdict
+
+from fl.rounds.exchange import Tally, exchange
+
+
+class _Pool:
+    """Each called worker replies with its one client's message and the peak it reports."""
+
+    def __init__(self, peaks: dict[int, float]):
+        self.peaks = peaks
+
+    def call(self, step, calls, carried=None):
+        return {w: ([(w, b"m")], {"worker_peak_mb": self.peaks[w], "state_bytes": 0}) for w in calls}
+
+
+def _round(pool, workers, held, peaks) -> dict:
+    stats = defaultdict(float)
+    tally = Tally({}, stats, 0, held, peaks)
+    list(exchange(pool, None, {w: () for w in workers}, {w: [w] for w in workers}, tally))
+    return stats
+
+
+def test_worker_peak_keeps_the_largest_worker_of_earlier_rounds():
+    pool, held, peaks = _Pool({0: 500.0, 1: 600.0}), {}, {}
+    assert _round(pool, [0, 1], held, peaks)["worker_peak_mb"] == 600.0
+    assert _round(pool, [0], held, peaks)["worker_peak_mb"] == 600.0  # worker 1's clients all dropped
+    assert _round(pool, [], held, peaks)["worker_peak_mb"] == 600.0  # nobody called (a masked round aborted early)

@@ -36,6 +36,15 @@ def positive(text: str) -> float:
     return _number(text, float, lambda v: 0 < v < math.inf, "a finite number > 0")
 
 
+def each_once(parser, option: str, values) -> None:
+    """Refuses a value given twice: a cell measured twice breaks the table's lookups after every cell ran
+    (bench_secagg), and a grid reads the finished run again, counting one run as two seeds with no spread."""
+    values = list(values)
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        parser.error(f"{option}: {', '.join(str(v) for v in twice)} given more than once")
+
+
 def summary(doc: str) -> str:
     """A script's `--help` description: its docstring's first paragraph, whole (its first line can stop
     mid-sentence)."""

@@ -29,7 +29,7 @@ import pandas as pd
 from cryptography import __version__ as cryptography_version
 
 import secagg
-from experiments.args import positive, positive_int, share, summary
+from experiments.args import each_once, positive, positive_int, share, summary
 from experiments.outputs import check_target, command_line, together
 from fl import wire
 from fl.environment import cpu_model
@@ -313,11 +313,16 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--out", default="results/bench_secagg")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    for option in ("protocols", "sizes", "lengths", "dropouts"):
+        each_once(ap, f"--{option}", getattr(args, option))
     if min(args.sizes) < 2:
         ap.error(f"--sizes: secure aggregation needs at least 2 clients, got {min(args.sizes)}")
     for protocol in args.protocols:
         for n in args.sizes:
-            needed = cell_setup(protocol, n, 1, 0.0, args.seed)[0].threshold  # client 0 never drops
+            try:
+                needed = cell_setup(protocol, n, 1, 0.0, args.seed)[0].threshold  # client 0 never drops
+            except ValueError as err:  # not a registered protocol, or one that does not mask
+                ap.error(f"--protocols {protocol}: {err}")
             for dropout in args.dropouts:
                 if int(round(dropout * n)) > n - needed:
                     ap.error(f"--dropouts {dropout:g}: {protocol} with {n} clients needs {needed} survivors, so at "

@@ -40,7 +40,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.args import summary
+from experiments.args import positive_int, summary
 from experiments import bench_sweep
 from experiments.outputs import check_target, command_line, together
 from experiments.process_tree import CELL as CELL_50  # a single run's start-up, exit and memory
@@ -171,8 +171,8 @@ def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
 def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--timeout", type=int, default=1200, help="seconds per cell before it is skipped")
+    ap.add_argument("--rounds", type=positive_int, default=5)
+    ap.add_argument("--timeout", type=positive_int, default=1200, help="seconds per cell before it is skipped")
     ap.add_argument("--out", default="results/bench_sim")
     ap.add_argument("--cell", help=argparse.SUPPRESS)
     ap.add_argument("--force", action="store_true", help="replace a table another command made")

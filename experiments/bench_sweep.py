@@ -24,12 +24,13 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from experiments.args import summary
+from experiments.args import positive_int, summary
 
 ROOT = Path(__file__).resolve().parent.parent
 # what a cell computes (timings, ids and peak memory vary between any two runs of it)
 COMPUTED = ["config_hash", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
             "bytes_down", "catchups", "rejected", "dropped"]
+MODES = ("inline", "ray", "cluster")  # inline first: the reference
 QUICK = ["+experiment=quick"]  # 20 cells of mlp_small, 5 rounds each
 # 8 cells, 6 distinct: at ratio 1 error feedback changes nothing (the same config hash), so those repeats run once
 CHECK = ["model=mlp_small", "fl.rounds=2", "fl.num_clients=12", "fl.clients_per_round=6", "secagg=none,dh",
@@ -134,17 +135,26 @@ def measure(overrides: list[str], modes: list[str], tmp: Path, repeats: int = 1)
     return out
 
 
+def sweep_modes(text: str) -> list[str]:
+    """--modes: known modes, each once, inline among them; put first, since `measure` compares every cell and
+    wall with the first mode's (without inline a mode was reported equal to itself, at 1.00x)."""
+    given = text.split(",")
+    if not given or set(given) - set(MODES) or len(set(given)) < len(given) or "inline" not in given:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected distinct modes of {', '.join(MODES)}, inline among them")
+    return [mode for mode in MODES if mode in given]
+
+
 def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--check", action="store_true", help="the test's 8-cell sweep, inline and on the cluster")
-    ap.add_argument("--modes", default="inline,ray,cluster")
-    ap.add_argument("--repeats", type=int, default=3, help="inline and Ray sweeps, alternating")
+    ap.add_argument("--modes", type=sweep_modes, default="inline,ray,cluster")
+    ap.add_argument("--repeats", type=positive_int, default=3, help="inline and Ray sweeps, alternating")
     args = ap.parse_args(argv)
     with tempfile.TemporaryDirectory() as tmp:
         if args.check:
             rows = measure(CHECK, ["inline", "cluster"], Path(tmp))
         else:
-            rows = measure(QUICK, args.modes.split(","), Path(tmp), args.repeats)
+            rows = measure(QUICK, args.modes, Path(tmp), args.repeats)
     table = pd.DataFrame(rows)
     print(table.to_markdown(index=False, floatfmt=".2f"))
     print("JSON " + json.dumps(rows))

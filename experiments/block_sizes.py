@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.args import summary
+from experiments.args import each_once, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -46,6 +46,7 @@ def main(argv=None):
     ap.add_argument("--out", default="results/block_sizes_fmnist")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    each_once(ap, "--seeds", args.seeds or ())
     command = command_line("experiments.block_sizes", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 import compression
-from experiments.args import summary
+from experiments.args import each_once, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -41,6 +41,7 @@ def main(argv=None):
     ap.add_argument("--out", default="results/codec_accuracy")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    each_once(ap, "--seeds", args.seeds or ())
     command = command_line("experiments.codec_accuracy", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
     table = summarize(run_grid(settings(args.ratio), args.seeds, args.backend, args.runs_dir))

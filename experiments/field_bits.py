@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.args import summary
+from experiments.args import each_once, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -78,6 +78,7 @@ def main(argv=None):
     ap.add_argument("--out", default="results/field_bits")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    each_once(ap, "--seeds", args.seeds or ())
     command = command_line("experiments.field_bits", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
     ratios = args.ratios if args.against is None or args.against in args.ratios else [args.against, *args.ratios]

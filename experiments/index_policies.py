@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.args import summary
+from experiments.args import each_once, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -62,6 +62,7 @@ def main(argv=None):
     ap.add_argument("--out")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    each_once(ap, "--seeds", args.seeds or ())
     p = PRESETS[args.preset]
     command = command_line("experiments.index_policies", argv)
     check_target(Path(args.out or p["out"]).with_suffix(".md"), command, args.force)

@@ -5,7 +5,8 @@ import pytest
 
 import secagg
 
-from experiments import args, bench_secagg, codec_bench, field_bits, report
+from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes, codec_accuracy, codec_bench, field_bits,
+                         grid, index_policies, report)
 
 
 @pytest.mark.parametrize("main,argv,message", [
@@ -17,6 +18,10 @@ from experiments import args, bench_secagg, codec_bench, field_bits, report
     (bench_secagg.main, ["--protocols", "dh", "--sizes", "10", "--dropouts", "0.5"],  # numpy's error, or an abort
      "--dropouts 0.5: dh with 10 clients needs 6 survivors, so at most 4 of them (0.4) can drop"),
     (bench_secagg.main, ["--budget", "-1"], "argument --budget: '-1': expected a finite number > 0"),
+    (bench_secagg.main, ["--sizes", "10", "10"], "--sizes: 10 given more than once"),  # a traceback after every cell
+    (bench_secagg.main, ["--protocols", "dhx"], "--protocols dhx: unknown mask protocol 'dhx'"),
+    (bench_sim.main, ["--rounds", "0"], "argument --rounds: '0': expected an integer >= 1"),  # every cell skipped
+    (bench_sim.main, ["--timeout", "0"], "argument --timeout: '0': expected an integer >= 1"),
     (report.main, ["results", "--label", "foo"], "--label 'foo': expected DIR=NAME"),
     (report.main, ["results", "--out", "README.md"], "--out README.md is a file"),  # after loading every run
 ])
@@ -25,6 +30,33 @@ def test_a_value_that_cannot_make_a_measurement_is_refused_naming_its_option(mai
         main(argv + ([] if main is report.main else ["--out", str(tmp_path / "t")]))
     assert ended.value.code == 2 and message in capsys.readouterr().err
     assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--modes", "ray"], "argument --modes: 'ray': expected distinct modes of inline, ray, cluster, inline among them"),
+    (["--modes", "inline,rays"], "argument --modes: 'inline,rays'"),
+    (["--repeats", "0"], "argument --repeats: '0': expected an integer >= 1"),  # an AttributeError after sweeping
+])
+def test_bench_sweep_refuses_a_sweep_with_no_inline_reference_or_no_repeats(argv, message, capsys):
+    """Without inline among --modes the first mode was compared with itself: 20 of 20 cells 'equal to inline'
+    and 1.00x, no inline sweep run."""
+    with pytest.raises(SystemExit) as ended:
+        bench_sweep.main(argv)
+    assert ended.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_bench_sweep_sweeps_inline_first_whatever_order_the_modes_are_given_in():
+    assert bench_sweep.sweep_modes("cluster,ray,inline") == ["inline", "ray", "cluster"]
+
+
+@pytest.mark.parametrize("main", [field_bits.main, block_sizes.main, index_policies.main, codec_accuracy.main])
+def test_a_seed_given_twice_is_refused_not_counted_as_a_second_run(main, capsys, tmp_path, monkeypatch):
+    """A grid reads a finished run again: `--seeds 0 0` made one run two seeds, with a spread of 0."""
+    monkeypatch.setattr(grid, "run_when_free", lambda cfg: pytest.fail("a cell ran"))
+    with pytest.raises(SystemExit) as ended:
+        main(["--seeds", "0", "1", "0", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "t")])
+    assert ended.value.code == 2 and "--seeds: 0 given more than once" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("parse,good,bad", [(args.positive_int, ("1", "25"), ("0", "-3", "2.5", "x")),

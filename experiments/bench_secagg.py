@@ -191,7 +191,7 @@ def measure(row, cell: dict, config, dropped, seed, repeats, budget) -> None:
         row(**cell, side="server", method="skipped",
             note=f"skipped: simulating all {n} clients would take about {estimate:.0f} s "
                  f"({n} x {c_total:.2f} s per client) > budget {budget:.0f} s")
-        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  client {c_total:7.3f} s  "
+        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:g}  client {c_total:7.3f} s  "
               f"server skipped (~{estimate:.0f} s to simulate)", flush=True)
     else:
         server = full_round(config, dropped, seed)
@@ -202,7 +202,7 @@ def measure(row, cell: dict, config, dropped, seed, repeats, budget) -> None:
         row(**cell, side="server", seconds=sum(v[0] for v in server.values()),
             bytes_up=sum(v[1] for v in server.values()), bytes_down=sum(v[2] for v in server.values()),
             method=method, note=f"{len(dropped)} dropped before masked input")
-        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  client {c_total:7.3f} s  "
+        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:g}  client {c_total:7.3f} s  "
               f"server {sum(v[0] for v in server.values()):7.3f} s  "
               f"(cell {_clock() - started:.0f} s)", flush=True)
     p_sec, p_bytes = plain_sum(config, dropped, seed)
@@ -233,7 +233,7 @@ def run(protocols, sizes, lengths, dropouts, budget, seed, repeats):
                     except secagg.RoundAborted as err:  # a neighbourhood (secaggplus) kept too few survivors
                         del rows[mark:]
                         row(**cell, side="client", method="aborted", note=f"the round aborted: {err}")
-                        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:.1f}  aborted: {err}", flush=True)
+                        print(f"{protocol:10s} n={n:5d} L={length:8d} drop={dropout:g}  aborted: {err}", flush=True)
     return pd.DataFrame(rows)
 
 

@@ -434,15 +434,19 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
         raise ConfigError(f"unknown partition {scheme!r}; use one of {', '.join(PARTITIONS)}")
     classes = np.unique(labels)
     for _ in range(1000):
-        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        draws, sizes = [], np.zeros(num_clients, np.int64)
         for c in classes:
             idx = rng.permutation(np.flatnonzero(labels == c))
             cuts = (np.cumsum(rng.dirichlet(np.full(num_clients, alpha)))[:-1] * len(idx)).astype(int)
+            draws.append((idx, cuts))
+            sizes += np.diff(cuts, prepend=0, append=len(idx))
+        if sizes.min() < min_size:  # judged by its counts: a refused draw builds no client's indices
+            continue
+        parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+        for idx, cuts in draws:
             for client, chunk in enumerate(np.split(idx, cuts)):
                 parts[client].append(chunk)
-        out = [np.sort(np.concatenate(p)) for p in parts]
-        if min(len(p) for p in out) >= min_size:
-            return out
+        return [np.sort(np.concatenate(p)) for p in parts]
     fewer = "no samples" if min_size == 1 else f"fewer than {min_size} samples"
     raise ConfigError(f"Dirichlet(alpha={alpha}) left a client with {fewer} in each of 1000 "
                       f"draws ({n} samples for {num_clients} clients); raise dataset.alpha or dataset.max_train, or "

@@ -415,7 +415,7 @@ def partition(labels: np.ndarray, num_clients: int, scheme: str, alpha: float, s
     n = len(labels)
     if num_clients > n // min_size:
         raise ConfigError(f"fl.num_clients={num_clients}: {num_clients} clients cannot each get {min_size} of {n} "
-                          "training samples")
+                          "training samples; lower fl.num_clients, or raise dataset.max_train where it is set")
     if scheme == "iid":
         return [np.sort(p) for p in np.array_split(rng.permutation(n), num_clients)]
     if scheme == "shards":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import fcntl
 import hashlib
+import inspect
 import json
 import os
 import socket
@@ -97,7 +98,19 @@ def config_hash(cfg_dict: dict) -> str:
             s.pop(key, None)
     for key in unused:  # they compute nothing here, and their defaults have moved since rows were kept
         c.pop(key, None)
+    if c.get("options"):
+        c["options"] = codec_options_set(c["name"], c["options"])
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def codec_options_set(name: str, options: dict) -> dict:
+    """The codec options that differ from the codec's own defaults: a preset that writes a default out
+    (`compression=rotation`: bits 8) and a run that leaves it to the codec compute the same. `seed` is kept
+    whatever its value: left out, the run's seed stands in for it."""
+    if name not in compression.names():
+        return dict(options)
+    params = inspect.signature(compression.get(name)).parameters
+    return {k: v for k, v in options.items() if k == "seed" or k not in params or v != params[k].default}
 
 
 class RunLog:

@@ -462,6 +462,23 @@ def test_a_float_codec_option_written_as_an_integer_has_one_spelling(codec, opti
     assert spelled(1) == spelled("1.0") != spelled(2)
 
 
+@pytest.mark.parametrize("default,spelled_out,other", [
+    (["compression.name=rotation"], ["compression=rotation"], ["compression=rotation", "compression.options.bits=4"]),
+    (["secagg=none", "compression=qsgd"], ["secagg=none", "compression=qsgd", "+compression.options.levels=16"],
+     ["secagg=none", "compression=qsgd", "+compression.options.levels=8"]),
+    (["compression=countsketch"], ["compression=countsketch", "+compression.options.rows=5"],
+     ["compression=countsketch", "+compression.options.rows=3"]),
+])
+def test_a_codec_option_at_the_codecs_default_has_one_spelling(default, spelled_out, other):
+    """The rotation preset writes out the codec's defaults (bits 8, clip 0.02): compression.name=rotation and
+    compression=rotation ran the same run under two config hashes."""
+    def chash(overrides):
+        return config_hash(as_dict(validate(fl.compose(overrides))))
+    assert chash(default) == chash(spelled_out) != chash(other)
+    seeded = ["secagg=none", "compression=qsgd"]  # a seed left out is the run's: written out, it is fixed
+    assert chash([*seeded, "+compression.options.seed=0"]) != chash(seeded)
+
+
 def test_a_layout_among_the_codec_options_is_refused_before_any_work(tmp_path):
     """The codec took it, so validation passed, and the run failed at its first upload ("layout sums to 5 but the
     vector has length 4810"), leaving a failed run's folder."""

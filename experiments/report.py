@@ -482,8 +482,9 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     if incomplete:
         lines += ["", "## Incomplete runs (rows without a done.json that matches them: crashed, killed, cut short or still running)", ""]
         for p in incomplete:
-            errors = [f.read_text().strip() for f in sorted(p.parent.glob("failed-*.txt"))]
-            lines.append(f"- `{p}`" + (f": {errors[-1]}" if errors else ""))
+            # the latest attempt's error: an earlier one may have been fixed since
+            failed = sorted(p.parent.glob("failed-*.txt"), key=lambda f: (f.stat().st_mtime, f.name))
+            lines.append(f"- `{p}`" + (f": {failed[-1].read_text().strip()}" if failed else ""))
     return "\n".join(lines) + "\n"
 
 

@@ -315,6 +315,27 @@ def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it
     assert len(rows) == 3 and (failed.parent / "done.json").exists() and failed.exists()
 
 
+def test_the_report_gives_an_unfinished_runs_latest_error(tmp_path):
+    """It gave the error of the failed-<run_id>.txt last by name, an arbitrary attempt's (ids are random)."""
+    import os
+    import shutil
+
+    from experiments import report
+
+    small(tmp_path / "runs")
+    (done,) = (tmp_path / "runs").glob("*/done.json")
+    cut = tmp_path / "runs" / "0123456789ab"  # rows that never finished, after two failed attempts
+    cut.mkdir()
+    shutil.copy(done.parent / "config.json", cut)
+    (cut / "rounds.csv").write_text("".join((done.parent / "rounds.csv").open().readlines()[:2]))
+    (cut / "failed-zzzz.txt").write_text("MemoryError in round 1\n")
+    (cut / "failed-aaaa.txt").write_text("KeyboardInterrupt in round 0\n")
+    os.utime(cut / "failed-zzzz.txt", (1e9, 1e9))  # the earlier attempt
+    report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "table")])
+    (line,) = [x for x in (tmp_path / "table" / "topk_table.md").read_text().splitlines() if "0123456789ab" in x]
+    assert line.endswith(": KeyboardInterrupt in round 0")
+
+
 @pytest.mark.parametrize("blocked", ["partitions.csv", "done.json.partial-{pid}"])
 def test_a_run_that_raises_writing_its_files_is_recorded_and_never_marked_finished(tmp_path, blocked):
     """A file the run cannot write (here: a folder in its place; a full disk, a file system gone read-only) before

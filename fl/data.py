@@ -177,7 +177,8 @@ def locate(name: str, root: str, system_dirs=()) -> Located:
                 continue
             absent.append(path + ("(.gz)" if src.gzipped else ""))
         if not absent:
-            return Located(folder, tuple(gz), in_layout and not gz)
+            legacy = src.files == _MNIST_FILES and _legacy_beside(folder)
+            return Located(folder, tuple(gz), in_layout and not gz and not legacy)
         if in_layout and len(absent) < len(src.files):  # files put under root: never passed over for another copy
             raise DatasetNotFoundError(
                 f"dataset={name}: {folder} holds only some of its files; missing: {', '.join(absent)}. Complete "
@@ -190,6 +191,13 @@ def locate(name: str, root: str, system_dirs=()) -> Located:
         f"dataset={name}: files not found: {', '.join(missing)}{also}. To get them: {apt}copy {src.get} into "
         f"{places[0][0]}{' (gzipped or not)' if src.gzipped else ''}, or run once with dataset.download=true on a "
         f"machine with a network (it downloads into dataset.root={root}).")
+
+
+def _legacy_beside(raw: str) -> bool:
+    """Whether `processed/{training,test}.pt`, left beside `raw/` by an older torchvision, are there: its MNIST
+    classes read those in place of the raw files, so such a root is read from a copy of its raw files."""
+    processed = os.path.join(os.path.dirname(raw), "processed")
+    return all(os.path.isfile(os.path.join(processed, f)) for f in ("training.pt", "test.pt"))
 
 
 def default_cache() -> str:
@@ -293,8 +301,10 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool, system
             where = found.folder if found.in_layout else (
                 f"{found.folder} (read from their copy in {os.path.join(readable, src.folder)}: delete the copy "
                 "to have it made again; if the error stays, the originals are at fault)")
+            bad = _failed_checksums(cls, os.path.join(readable, src.folder))
+            which = f"; md5 not the dataset's: {', '.join(bad)}" if bad else ""
             raise DatasetNotFoundError(
-                f"dataset={name}: the files under {where} could not be read ({type(err).__name__}: {first}). "
+                f"dataset={name}: the files under {where} could not be read ({type(err).__name__}: {first}){which}. "
                 f"Replace them with {src.get}, or delete them and run with dataset.download=true on a machine with "
                 "a network.") from None
     images = np.asarray(ds.data)
@@ -302,6 +312,17 @@ def _torchvision_split(name: str, root: str, train: bool, download: bool, system
     labels = np.asarray(ds.targets, dtype=np.int64)
     _check_split(name, images, labels, found.folder if found else folder, train)
     return np.ascontiguousarray(images), labels
+
+
+def _failed_checksums(cls, folder: str) -> list[str]:
+    """The files in `folder` whose md5 is not the one `cls` checks (CIFAR-10's lists; MNIST's class checks none):
+    torchvision's own error names no file."""
+    from torchvision.datasets.utils import check_integrity
+
+    listed = [*getattr(cls, "train_list", []), *getattr(cls, "test_list", [])]
+    if getattr(cls, "meta", None):
+        listed.append([cls.meta["filename"], cls.meta["md5"]])
+    return [os.path.join(folder, f) for f, md5 in listed if not check_integrity(os.path.join(folder, f), md5)]
 
 
 def _check_idx(name: str, path: str, original: str | None = None) -> None:

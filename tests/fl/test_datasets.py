@@ -224,6 +224,19 @@ def test_files_under_root_win_over_the_system_folder(tiny, tmp_path):
     assert not (tmp_path / "c").exists()  # plain files in torchvision's layout are read where they are
 
 
+def test_the_raw_files_are_read_not_processed_files_an_older_torchvision_left_beside_them(tmp_path):
+    """torchvision's MNIST reads `processed/{training,test}.pt` when both exist, in place of `raw/`."""
+    x, y = synthetic_images(80, (28, 28), seed=6)
+    write_mnist(tmp_path / "root", "MNIST", x[:60], y[:60], x[60:], y[60:])
+    processed = tmp_path / "root" / "MNIST" / "processed"
+    processed.mkdir()
+    for f, n in (("training.pt", 7), ("test.pt", 5)):
+        torch.save((torch.zeros(n, 28, 28, dtype=torch.uint8), torch.zeros(n, dtype=torch.int64)), processed / f)
+    data = load_dataset(dataset_cfg("mnist", tmp_path / "root", cache=str(tmp_path / "c")), seed=0)
+    np.testing.assert_array_equal(data.y_train, y[:60])
+    np.testing.assert_array_equal(data.y_test, y[60:])
+
+
 def test_missing_files_name_every_place_looked_and_both_ways_to_get_them(tmp_path):
     cfg = fl.compose(["dataset=fashion_mnist", f"dataset.root={tmp_path}",
                       f"dataset.system_dirs=[{tmp_path / 'sys1'},{tmp_path / 'sys2'}]"])
@@ -268,6 +281,18 @@ def test_corrupt_cifar_files_are_one_clear_error_not_torchvisions_trace(tiny_roo
     with pytest.raises(DatasetNotFoundError, match="could not be read") as err:
         load_dataset(dataset_cfg("cifar10", root), seed=0)
     assert err.value.__suppress_context__ and "dataset.download=true" in str(err.value)
+
+
+def test_a_cut_cifar_batch_is_named_among_files_whose_md5_is_right(tiny, tmp_path):
+    """torchvision's error names no file: the one whose md5 is wrong is named, the others are not."""
+    import shutil
+
+    shutil.copytree(tiny / "cifar-10-batches-py", tmp_path / "cifar-10-batches-py")
+    cut = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    cut.write_bytes(cut.read_bytes()[:-100])
+    with pytest.raises(DatasetNotFoundError, match="could not be read") as err:
+        load_dataset(dataset_cfg("cifar10", tmp_path), seed=0)
+    assert str(cut) in str(err.value) and "data_batch_1" not in str(err.value)
 
 
 def test_failed_download_is_one_clear_error(tmp_path, monkeypatch):

@@ -11,7 +11,10 @@ rounds and, at a few of them, measures, one round at a time (no error feedback):
 `marginals` estimates the summed squares of each weight matrix by a rank-one matrix. Two rows ask what a better
 low-rank estimate would buy: the best rank-r approximation of the exact summed squares (an SVD: a bound on any
 summary of that rank, not itself a summary), and a two-sided random sketch of them (Tropp et al. 2017), which
-is linear in the squares and so could be masked as `marginals` is.
+is linear in the squares and so could be masked as `marginals` is. The last rows ask whether a low-rank linear
+codec would do better than any index set: each weight matrix's share of the update projected on a rank-r subspace
+shared by the cohort (PowerSGD's, Vogels et al. 2019: one masked exchange sums P = M Q for a public random Q, a
+second sums M^T P after P is orthonormalized; both are linear, so both could be masked), its numbers counted.
 
     python -m experiments.index_sets          # writes results/index_sets_fmnist.{csv,md}
 
@@ -81,8 +84,42 @@ class LowRankEnergy:
         return topk_positions(self.estimate(energy).astype(np.float32), k)
 
 
-def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[np.ndarray | None, int | None]]:
-    """Each way of choosing: (shared positions, or None for per-client top-k; cells of its masked summary)."""
+class SharedSubspace:
+    """The part of a client's update a shared rank-r subspace of each weight matrix sends: P P^T M, with P the
+    orthonormalized P = U Q of the cohort's summed update U (one power step from a public Gaussian Q; `power`
+    None: U's top r left singular vectors, a bound). 1-D tensors go whole. `numbers`: what a client sends in the
+    two exchanges, r (m + n) a matrix."""
+
+    def __init__(self, shapes, rank: int, power: bool = True, seed: int = 0):
+        self.parts, self.rank, self.power, self.seed = Marginals(shapes).parts, rank, power, seed
+        self.numbers = sum(min(rank, m, n) * (m + n) if n else m for _, m, n in self.parts)
+        self.bases: list[np.ndarray | None] = []
+
+    def fit(self, total: np.ndarray) -> "SharedSubspace":
+        rng, self.bases = np.random.default_rng(self.seed), []
+        for offset, m, n in self.parts:
+            if not n:
+                self.bases.append(None)
+                continue
+            u, r = total[offset:offset + m * n].reshape(m, n).astype(np.float64), min(self.rank, m, n)
+            if self.power:
+                self.bases.append(np.linalg.qr(u @ rng.standard_normal((n, r)))[0])
+            else:
+                self.bases.append(np.linalg.svd(u, full_matrices=False)[0][:, :r])
+        return self
+
+    def __call__(self, vector: np.ndarray) -> np.ndarray:
+        out = np.array(vector, np.float64)
+        for (offset, m, n), p in zip(self.parts, self.bases):
+            if p is not None:
+                block = out[offset:offset + m * n].reshape(m, n)
+                out[offset:offset + m * n] = (p @ (p.T @ block)).ravel()
+        return out
+
+
+def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[object, int | None]]:
+    """Each way of choosing: (shared positions, None for per-client top-k, or a SharedSubspace's projection;
+    cells of its masked summary)."""
     length = updates[0].size
     summaries = {"top-k of the sum (`exact`, a dense summary)": ExactSummary(length),
                  "top-k of the summed squares (`energy`, a dense summary)": EnergySummary(length),
@@ -95,12 +132,20 @@ def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[np.nda
     out = {name: (summary.heavy_hitters(np.sum([summary.sketch(u) for u in updates], 0), k), summary.cols)
            for name, summary in summaries.items()}
     out["per-client top-k (no shared set)"] = (None, None)
+    total = np.sum(updates, axis=0)
+    for rank in (1, 2, 4):
+        for power, how in ((False, "top singular vectors of the sum: a bound"), (True, "one power step")):
+            shared = SharedSubspace(shapes, rank, power).fit(total)
+            cells = sum(min(rank, m, n) * m for _, m, n in shared.parts if n) if power else None
+            out[f"shared rank-{rank} subspace of each matrix ({how}; {shared.numbers:,} numbers)"] = (shared, cells)
     return out
 
 
-def relative_error(updates: list[np.ndarray], positions: np.ndarray | None, k: int) -> float:
+def relative_error(updates: list[np.ndarray], positions, k: int) -> float:
     total = np.sum(updates, axis=0).astype(np.float64)
-    if positions is None:
+    if callable(positions):
+        approx = positions(total)
+    elif positions is None:
         approx = np.zeros_like(total)
         for u in updates:
             idx = topk_positions(u, k)
@@ -111,8 +156,11 @@ def relative_error(updates: list[np.ndarray], positions: np.ndarray | None, k: i
     return float(np.sum((total - approx) ** 2) / np.sum(total ** 2))
 
 
-def movement_sent(updates: list[np.ndarray], positions: np.ndarray | None, k: int) -> float:
+def movement_sent(updates: list[np.ndarray], positions, k: int) -> float:
     """sum_i |u_i at what client i sends|^2 / sum_i |u_i|^2."""
+    if callable(positions):
+        sent = sum(float(np.sum(np.square(positions(u)))) for u in updates)
+        return sent / sum(float(np.sum(np.square(u, dtype=np.float64))) for u in updates)
     sent = sum(float(np.sum(np.square(u[topk_positions(u, k) if positions is None else positions], dtype=np.float64)))
                for u in updates)
     return sent / sum(float(np.sum(np.square(u, dtype=np.float64))) for u in updates)
@@ -166,7 +214,9 @@ def main(argv=None):
              f"one round at a time without error feedback, mean over rounds {', '.join(map(str, MEASURED))}, seed "
              f"{args.seed}. Shared sets keep U at k positions; per-client top-k sums each client's own k. Movement "
              f"sent: the share of the clients' own squared updates at the positions each sends (with error feedback "
-             f"the rest waits in its residual).", "",
+             f"the rest waits in its residual). A shared rank-r subspace sends each client's update projected on it, "
+             f"for the numbers named (a client sends k = {topk_count(107786, args.ratio):,} values at a shared set; "
+             f"its summary cells are P's, the first exchange).", "",
              "| selection | masked summary cells | error of the sum: IID | shards (2 classes) | movement sent: IID "
              "| shards |", "|---|---|---|---|---|---|"]
     for name, r in table.iterrows():

@@ -1,9 +1,10 @@
 """The low-rank estimates of experiments.index_sets: exact where the energies have that rank, the rank-one sketch
-is `marginals`' estimate, and the cells counted are the sketch's."""
+is `marginals`' estimate, and the cells counted are the sketch's; a shared subspace projects each matrix and
+sends biases whole."""
 import numpy as np
 
 from compression.marginals import Marginals
-from experiments.index_sets import LowRankEnergy
+from experiments.index_sets import LowRankEnergy, SharedSubspace, movement_sent, relative_error
 
 SHAPES = [(12, 3, 5), (12,), (7, 12), (7,)]  # a conv-like tensor (12 x 15), a bias, a dense layer, a bias
 LENGTH = 12 * 15 + 12 + 7 * 12 + 7
@@ -45,3 +46,20 @@ def test_the_sketch_counts_its_cells_and_the_svd_bound_none():
     assert LowRankEnergy(SHAPES, 1, 1).cols == Marginals(SHAPES).cols
     assert LowRankEnergy(SHAPES, 5).cols is None
     assert LowRankEnergy(SHAPES, 2, 4).length == LENGTH
+
+
+def test_a_shared_subspace_sends_a_sum_of_its_rank_whole_and_counts_both_exchanges():
+    total = _energies_of_rank(2, seed=2)  # each matrix of rank 2
+    for power in (True, False):
+        shared = SharedSubspace(SHAPES, 2, power).fit(total)
+        np.testing.assert_allclose(shared(total), total, rtol=1e-9, atol=1e-12)
+        assert relative_error([total / 2, total / 2], shared, 1) < 1e-18
+    one = SharedSubspace(SHAPES, 1, power=False).fit(total)
+    assert 0 < relative_error([total], one, 1) < 1 and 0 < movement_sent([total], one, 1) < 1
+    # a projection: applied twice it changes nothing, and it sends no more than the whole
+    rng = np.random.default_rng(3)
+    u = rng.standard_normal(LENGTH)
+    np.testing.assert_allclose(one(one(u)), one(u), rtol=1e-9, atol=1e-12)
+    assert np.sum(one(u) ** 2) <= np.sum(u ** 2)
+    assert one(u)[12 * 15:12 * 15 + 12].tolist() == u[12 * 15:12 * 15 + 12].tolist()  # a bias goes whole
+    assert SharedSubspace(SHAPES, 2).numbers == 2 * (12 + 15) + 12 + 2 * (7 + 12) + 7

@@ -85,27 +85,31 @@ class LowRankEnergy:
 
 
 class SharedSubspace:
-    """The part of a client's update a shared rank-r subspace of each weight matrix sends: P P^T M, with P the
-    orthonormalized P = U Q of the cohort's summed update U (one power step from a public Gaussian Q; `power`
-    None: U's top r left singular vectors, a bound). 1-D tensors go whole. `numbers`: what a client sends in the
-    two exchanges, r (m + n) a matrix."""
+    """The part of a client's update a shared rank-r subspace of each weight matrix sends: P P^T M. `basis`
+    "power": P = U Q of the cohort's summed update U, orthonormalized, one power step from a public Gaussian Q
+    (what two masked exchanges compute); "sum": U's top r left singular vectors (the least error of the sum, a
+    bound); "movement": the top r eigenvectors of sum_i M_i M_i^T (the most of the clients' movement, a bound).
+    1-D tensors go whole. `numbers`: what a client sends in the two exchanges, r (m + n) a matrix."""
 
-    def __init__(self, shapes, rank: int, power: bool = True, seed: int = 0):
-        self.parts, self.rank, self.power, self.seed = Marginals(shapes).parts, rank, power, seed
+    def __init__(self, shapes, rank: int, basis: str = "power", seed: int = 0):
+        self.parts, self.rank, self.basis, self.seed = Marginals(shapes).parts, rank, basis, seed
         self.numbers = sum(min(rank, m, n) * (m + n) if n else m for _, m, n in self.parts)
         self.bases: list[np.ndarray | None] = []
 
-    def fit(self, total: np.ndarray) -> "SharedSubspace":
+    def fit(self, updates: list[np.ndarray]) -> "SharedSubspace":
         rng, self.bases = np.random.default_rng(self.seed), []
         for offset, m, n in self.parts:
             if not n:
                 self.bases.append(None)
                 continue
-            u, r = total[offset:offset + m * n].reshape(m, n).astype(np.float64), min(self.rank, m, n)
-            if self.power:
+            blocks = [u[offset:offset + m * n].reshape(m, n).astype(np.float64) for u in updates]
+            u, r = np.sum(blocks, axis=0), min(self.rank, m, n)
+            if self.basis == "power":
                 self.bases.append(np.linalg.qr(u @ rng.standard_normal((n, r)))[0])
-            else:
+            elif self.basis == "sum":
                 self.bases.append(np.linalg.svd(u, full_matrices=False)[0][:, :r])
+            else:
+                self.bases.append(np.linalg.eigh(sum(b @ b.T for b in blocks))[1][:, ::-1][:, :r])
         return self
 
     def __call__(self, vector: np.ndarray) -> np.ndarray:
@@ -132,11 +136,12 @@ def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[object
     out = {name: (summary.heavy_hitters(np.sum([summary.sketch(u) for u in updates], 0), k), summary.cols)
            for name, summary in summaries.items()}
     out["per-client top-k (no shared set)"] = (None, None)
-    total = np.sum(updates, axis=0)
     for rank in (1, 2, 4):
-        for power, how in ((False, "top singular vectors of the sum: a bound"), (True, "one power step")):
-            shared = SharedSubspace(shapes, rank, power).fit(total)
-            cells = sum(min(rank, m, n) * m for _, m, n in shared.parts if n) if power else None
+        for basis, how in (("sum", "the sum's top singular vectors, a bound"),
+                           ("movement", "the clients' top joint singular vectors, a bound"),
+                           ("power", "one power step")):
+            shared = SharedSubspace(shapes, rank, basis).fit(updates)
+            cells = sum(min(rank, m, n) * m for _, m, n in shared.parts if n) if basis == "power" else None
             out[f"shared rank-{rank} subspace of each matrix ({how}; {shared.numbers:,} numbers)"] = (shared, cells)
     return out
 

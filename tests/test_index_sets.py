@@ -50,11 +50,11 @@ def test_the_sketch_counts_its_cells_and_the_svd_bound_none():
 
 def test_a_shared_subspace_sends_a_sum_of_its_rank_whole_and_counts_both_exchanges():
     total = _energies_of_rank(2, seed=2)  # each matrix of rank 2
-    for power in (True, False):
-        shared = SharedSubspace(SHAPES, 2, power).fit(total)
+    for basis in ("power", "sum", "movement"):
+        shared = SharedSubspace(SHAPES, 2, basis).fit([total / 2, total / 2])
         np.testing.assert_allclose(shared(total), total, rtol=1e-9, atol=1e-12)
         assert relative_error([total / 2, total / 2], shared, 1) < 1e-18
-    one = SharedSubspace(SHAPES, 1, power=False).fit(total)
+    one = SharedSubspace(SHAPES, 1, "sum").fit([total])
     assert 0 < relative_error([total], one, 1) < 1 and 0 < movement_sent([total], one, 1) < 1
     # a projection: applied twice it changes nothing, and it sends no more than the whole
     rng = np.random.default_rng(3)
@@ -63,3 +63,12 @@ def test_a_shared_subspace_sends_a_sum_of_its_rank_whole_and_counts_both_exchang
     assert np.sum(one(u) ** 2) <= np.sum(u ** 2)
     assert one(u)[12 * 15:12 * 15 + 12].tolist() == u[12 * 15:12 * 15 + 12].tolist()  # a bias goes whole
     assert SharedSubspace(SHAPES, 2).numbers == 2 * (12 + 15) + 12 + 2 * (7 + 12) + 7
+
+
+def test_the_movement_basis_sends_the_most_of_the_clients_movement_and_the_sum_basis_the_least_error():
+    rng = np.random.default_rng(4)
+    updates = [rng.standard_normal(LENGTH) * rng.random(LENGTH) for _ in range(5)]
+    fitted = {b: SharedSubspace(SHAPES, 2, b).fit(updates) for b in ("power", "sum", "movement")}
+    sent = {b: movement_sent(updates, f, 1) for b, f in fitted.items()}
+    error = {b: relative_error(updates, f, 1) for b, f in fitted.items()}
+    assert sent["movement"] >= max(sent.values()) - 1e-12 and error["sum"] <= min(error.values()) + 1e-12

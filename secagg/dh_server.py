@@ -51,6 +51,7 @@ class Server:
     def __init__(self, config: RoundConfig) -> None:
         self.config = _check_config(config)
         self._keys: dict[int, tuple[bytes, bytes]] = {}
+        self._key_bytes: set[bytes] = set()  # every public key in _keys: one lookup per advertisement
         self._probe, _ = generate_keypair()  # exchanged with each advertised key to find low-order points
         self.graph: Graph | None = None  # drawn from the roster
         self.rejected: dict[int, str] = {}
@@ -78,13 +79,14 @@ class Server:
         problem = key_problem(keys[0], self._probe) or key_problem(keys[1], self._probe)
         if problem is None and keys[0] == keys[1]:
             problem = "the same public key twice"
-        if problem is None and {k for pair in self._keys.values() for k in pair}.intersection(keys):
+        if problem is None and self._key_bytes.intersection(keys):
             problem = "a public key another client already sent"  # canonical keys: a byte compare suffices
         if problem is not None:
             self.rejected[cid] = problem  # left out of the roster, as if it never advertised
             raise ProtocolError(f"client {cid} refused at advertise: it sent a {problem}")
         self.rejected.pop(cid, None)
         self._keys[cid] = keys
+        self._key_bytes.update(keys)
 
     def roster(self) -> KeyRoster:
         if self._roster is None:

@@ -44,7 +44,7 @@ COLUMNS = [
     "t_round",
     "t_step_advertise", "t_step_share_keys", "t_step_masked_sketch", "t_step_unmask_sketch", "t_step_masked_input",
     "t_step_unmask", "field_bits",
-    "state_bytes", "driver_peak_mb", "worker_peak_mb",
+    "state_bytes", "state_lost_bytes", "driver_peak_mb", "worker_peak_mb",
     "env", "env_cpu", "env_cores", "env_torch", "device", "backend", "num_workers", "code",
 ]
 

@@ -91,8 +91,10 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                        t_setup=t_setup if r == 0 else 0.0)
             revived = pool.revive()
             server.forget(revived)  # a dead worker is replaced; its clients' state is lost, as on a device
-            for w in revived:
-                held.pop(w, None)
+            row["state_lost_bytes"] = sum(held.pop(w, 0) for w in revived)
+            if row["state_lost_bytes"]:
+                tqdm.write(f"round {r}: worker(s) {revived} died and were replaced: their clients' state "
+                           f"({row['state_lost_bytes']} bytes of residuals, as last reported) is lost")
             stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0)  # the column is in every row
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
@@ -197,6 +199,11 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
         raise
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
+    lost = int(frame["state_lost_bytes"].sum())
+    if lost:  # the run went on, but some clients' error feedback restarted from zero
+        print(f"fedsqueeze: warning: workers died and their clients' state was lost ({lost} bytes of residuals in "
+              f"{int((frame['state_lost_bytes'] > 0).sum())} rounds; the state_lost_bytes column says which)",
+              file=sys.stderr)
     aborted = frame["aborted"].astype(bool)
     # every update of the cohort lost or refused (a plain round then applies nothing, and is not aborted)
     emptied = frame["rejected"] + frame["dropped"] >= frame["clients_per_round"]

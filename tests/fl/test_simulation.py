@@ -603,6 +603,36 @@ def test_a_revived_worker_catches_up_and_trains_its_clients_from_the_model_they_
         np.testing.assert_array_equal(calm[column], revived[column])
 
 
+def test_a_worker_replaced_with_its_clients_residuals_says_in_its_row_and_at_the_end_what_was_lost(
+        tmp_path, monkeypatch, capsys):
+    """Worker 0 (clients 0, 2, 4 of 6, each with a residual) is replaced before round 3: the run goes on with
+    their error feedback restarted, and must not pass that off as a run that kept it."""
+    from fl.runtime.pool import InlinePool
+
+    original_attach, rounds = InlinePool.attach, []
+
+    def attach(self, data, plan):
+        self.data, self.plan = data, plan
+        original_attach(self, data, plan)
+
+    def revive(self):
+        rounds.append(len(rounds))
+        if len(rounds) == 4:  # before round 3
+            self.workers[0] = Worker("cpu", 0)
+            self.workers[0].attach(self.data, self.plan)
+            return [0]
+        return []
+
+    monkeypatch.setattr(InlinePool, "attach", attach)
+    monkeypatch.setattr(InlinePool, "revive", revive)
+    rows = small(tmp_path, "secagg=none", "compression=topk", "compression.ratio=0.1", "fl.rounds=5",
+                 "fl.num_clients=6", "fl.clients_per_round=6", "ray.num_workers=2")
+    residual = 4 * rows["n_params"].iloc[0]
+    assert rows["state_bytes"].tolist() == [6 * residual] * 5  # round 3's clients 0, 2, 4 kept new ones
+    assert rows["state_lost_bytes"].tolist() == [0, 0, 0, 3 * residual, 0]
+    assert f"their clients' state was lost ({3 * residual} bytes of residuals in 1 rounds" in capsys.readouterr().err
+
+
 def test_done_json_holds_the_runs_byte_totals_and_only_round_0_carries_the_start_up(tmp_path):
     rows = small(tmp_path, "secagg=none", "compression.ratio=0.1")
     (done_path,) = tmp_path.rglob("done.json")

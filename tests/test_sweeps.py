@@ -105,6 +105,19 @@ def test_a_sweep_with_a_refused_cell_names_every_refused_cell_and_runs_none(tmp_
     assert not list(results.rglob("rounds.csv")) and not list(results.rglob("config.json"))
 
 
+@pytest.mark.parametrize("empty", ["secagg=glob(rsa*)", "seed=range(0,0)"])
+def test_a_sweep_of_no_cells_is_refused_naming_the_key_swept_over_nothing(tmp_path, empty):
+    """A typo'd glob() or an empty range() made a sweep of no cells, which exited 0 as if it had run, so
+    `simulate -m ... && report` reported whatever rows were already there."""
+    results = tmp_path / "runs"
+    out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", "backend=inline", "model=mlp_small",
+                          "fl.rounds=1", "compression.ratio=0.1,0.5", empty, f"results.dir={results}"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert f"fedsqueeze: configuration refused: the sweep has no cells; no values in: {empty}" in out.stderr
+    assert not results.exists()
+
+
 @pytest.mark.parametrize("launcher", ["basic", "ray_cells", "submitit_local"])
 def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exits_1(tmp_path, launcher):
     """A refusal only the data can make (more clients than samples) comes when its cell runs: it is printed, and the

@@ -12,6 +12,7 @@ import sys
 from typing import Any, Sequence
 
 from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.utils import filter_overrides
 from omegaconf import open_dict
 
@@ -22,10 +23,22 @@ class CheckedSweeper(BasicSweeper):
         a launcher that runs the cells in other processes (submitit's) leaves this process's list empty."""
         from fl.sweep import UNFINISHED
 
+        self.refuse_empty_sweeps(arguments)
         returns = super().sweep(arguments)
         UNFINISHED[:] = [f"{ret.return_value}: {' '.join(ret.overrides)}" for batch in returns for ret in batch
                          if isinstance(ret.return_value, str)]
         return returns
+
+    def refuse_empty_sweeps(self, arguments: list[str]) -> None:
+        """A swept key with no values (a glob() that matches no option, an empty range()) makes a sweep of no cells,
+        which Hydra launches and exits 0 on, as if it had run: exit 2 naming it, before anything is written."""
+        parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
+        empty = [o.input_line for o in parser.parse_overrides(self._parse_config() + list(arguments))
+                 if o.is_discrete_sweep() and not list(o.sweep_string_iterator())]
+        if empty:
+            print("fedsqueeze: configuration refused: the sweep has no cells; no values in:", *empty,
+                  file=sys.stderr)
+            sys.exit(2)
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Compose each cell (Hydra's own check) and validate it; exit 2 listing the refused cells, if any."""

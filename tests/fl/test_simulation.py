@@ -573,14 +573,11 @@ def test_every_model_runs_a_federated_round_on_every_dataset(tmp_path, tiny, dat
     assert rows["bytes_up"].iloc[0] > 0
 
 
-def test_a_revived_worker_catches_up_and_trains_its_clients_from_the_model_they_hold(tmp_path, monkeypatch):
-    """A worker replaced before round 3 holds no model while the broadcast is a delta: it is sent the dense
-    model of round 2 first, so (with no client state to lose) the run is the run without the replacement."""
+def _replace_worker_0_before_round_3(monkeypatch) -> list[int]:
+    """An inline pool whose worker 0 is replaced by a fresh one before round 3, as Ray revives a dead actor;
+    returns the list of rounds the pool was asked to revive workers in."""
     from fl.runtime.pool import InlinePool
 
-    settings = ("secagg=none", "compression=topk", "compression.ratio=0.1", "compression.error_feedback=false",
-                "fl.rounds=5", "fl.num_clients=6", "fl.clients_per_round=6", "ray.num_workers=2")
-    calm = small(tmp_path / "calm", *settings)
     original_attach, rounds = InlinePool.attach, []
 
     def attach(self, data, plan):
@@ -597,6 +594,16 @@ def test_a_revived_worker_catches_up_and_trains_its_clients_from_the_model_they_
 
     monkeypatch.setattr(InlinePool, "attach", attach)
     monkeypatch.setattr(InlinePool, "revive", revive)
+    return rounds
+
+
+def test_a_revived_worker_catches_up_and_trains_its_clients_from_the_model_they_hold(tmp_path, monkeypatch):
+    """A worker replaced before round 3 holds no model while the broadcast is a delta: it is sent the dense
+    model of round 2 first, so (with no client state to lose) the run is the run without the replacement."""
+    settings = ("secagg=none", "compression=topk", "compression.ratio=0.1", "compression.error_feedback=false",
+                "fl.rounds=5", "fl.num_clients=6", "fl.clients_per_round=6", "ray.num_workers=2")
+    calm = small(tmp_path / "calm", *settings)
+    rounds = _replace_worker_0_before_round_3(monkeypatch)
     revived = small(tmp_path / "revived", *settings)
     assert rounds == [0, 1, 2, 3, 4]
     for column in ("accuracy", "loss", "bytes_up", "bytes_down", "catchups"):
@@ -607,24 +614,7 @@ def test_a_worker_replaced_with_its_clients_residuals_says_in_its_row_and_at_the
         tmp_path, monkeypatch, capsys):
     """Worker 0 (clients 0, 2, 4 of 6, each with a residual) is replaced before round 3: the run goes on with
     their error feedback restarted, and must not pass that off as a run that kept it."""
-    from fl.runtime.pool import InlinePool
-
-    original_attach, rounds = InlinePool.attach, []
-
-    def attach(self, data, plan):
-        self.data, self.plan = data, plan
-        original_attach(self, data, plan)
-
-    def revive(self):
-        rounds.append(len(rounds))
-        if len(rounds) == 4:  # before round 3
-            self.workers[0] = Worker("cpu", 0)
-            self.workers[0].attach(self.data, self.plan)
-            return [0]
-        return []
-
-    monkeypatch.setattr(InlinePool, "attach", attach)
-    monkeypatch.setattr(InlinePool, "revive", revive)
+    _replace_worker_0_before_round_3(monkeypatch)
     rows = small(tmp_path, "secagg=none", "compression=topk", "compression.ratio=0.1", "fl.rounds=5",
                  "fl.num_clients=6", "fl.clients_per_round=6", "ray.num_workers=2")
     residual = 4 * rows["n_params"].iloc[0]

@@ -26,6 +26,11 @@ def share(text: str) -> float:
     return _number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
 
 
+def ratio(text: str) -> float:
+    """A compression ratio in (0, 1] (the share of entries a sparsifier keeps)."""
+    return _number(text, float, lambda v: 0 < v <= 1, "a ratio in (0, 1]")
+
+
 def accuracy(text: str) -> float:
     """An accuracy in (0, 1] (a rounds-to-target threshold)."""
     return _number(text, float, lambda v: 0 < v <= 1, "an accuracy in (0, 1]")

@@ -313,6 +313,11 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--out", default="results/bench_secagg")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    for i, protocol in enumerate(args.protocols):  # an alias (DHProtocol) is its protocol: each once
+        try:
+            args.protocols[i] = secagg.canonical(protocol)
+        except ValueError as err:
+            ap.error(f"--protocols {protocol}: {err}")
     for option in ("protocols", "sizes", "lengths", "dropouts"):
         each_once(ap, f"--{option}", getattr(args, option))
     if min(args.sizes) < 2:

@@ -24,7 +24,7 @@ from omegaconf import OmegaConf
 from fl.data import INPUT_SHAPES, Dataset, load_dataset, partition
 from fl.models import MODELS, build_model, check_device, get_flat, num_params, set_flat
 from fl.training import as_tensor, train_local
-from experiments.args import summary
+from experiments.args import positive_int, summary
 
 MODEL_CONF = Path(__file__).resolve().parent.parent / "conf" / "model"
 
@@ -75,9 +75,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--synthetic", type=int, default=0, metavar="N",
                         help="time N random samples of the dataset's shape instead of its files")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
-    parser.add_argument("--clients", type=int, default=10)
-    parser.add_argument("--epochs", type=int, default=1)
-    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--clients", type=positive_int, default=10)
+    parser.add_argument("--epochs", type=positive_int, default=1)
+    parser.add_argument("--batch-size", type=positive_int, default=32)
     parser.add_argument("--device", default="cuda", help="the accelerator to compare with cpu")
     args = parser.parse_args(argv)
     if not args.device.startswith("cuda"):

@@ -31,7 +31,7 @@ import pandas as pd
 import torch
 
 import fl
-from experiments.args import summary
+from experiments.args import ratio, summary
 from experiments.outputs import check_target, command_line, together
 from compression.blocks import BlockEnergy
 from compression.exact_summary import EnergySummary, ExactSummary
@@ -199,7 +199,7 @@ def measure(scheme: str, ratio: float, seed: int) -> pd.DataFrame:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=summary(__doc__))
-    ap.add_argument("--ratio", type=float, default=0.01)
+    ap.add_argument("--ratio", type=ratio, default=0.01)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="results/index_sets_fmnist")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")

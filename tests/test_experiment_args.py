@@ -6,7 +6,7 @@ import pytest
 import secagg
 
 from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes, codec_accuracy, codec_bench, field_bits,
-                         grid, index_policies, report)
+                         gpu_round, grid, index_policies, index_sets, report)
 
 
 @pytest.mark.parametrize("main,argv,message", [
@@ -20,6 +20,10 @@ from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes
     (bench_secagg.main, ["--budget", "-1"], "argument --budget: '-1': expected a finite number > 0"),
     (bench_secagg.main, ["--sizes", "10", "10"], "--sizes: 10 given more than once"),  # a traceback after every cell
     (bench_secagg.main, ["--protocols", "dhx"], "--protocols dhx: unknown mask protocol 'dhx'"),
+    (bench_secagg.main, ["--protocols", "dh", "DHProtocol"], "--protocols: dh given more than once"),  # an alias
+    (field_bits.main, ["--ratios", "0.1", "0"], "argument --ratios: '0': expected a ratio in (0, 1]"),  # after the
+    (block_sizes.main, ["--ratio", "1.5"], "argument --ratio: '1.5': expected a ratio in (0, 1]"),  # dense runs
+    (index_sets.main, ["--ratio", "nan"], "argument --ratio: 'nan': expected a ratio in (0, 1]"),
     (bench_sim.main, ["--rounds", "0"], "argument --rounds: '0': expected an integer >= 1"),  # every cell skipped
     (bench_sim.main, ["--timeout", "0"], "argument --timeout: '0': expected an integer >= 1"),
     (report.main, ["results", "--label", "foo"], "--label 'foo': expected DIR=NAME"),
@@ -61,7 +65,8 @@ def test_a_seed_given_twice_is_refused_not_counted_as_a_second_run(main, capsys,
 
 @pytest.mark.parametrize("parse,good,bad", [(args.positive_int, ("1", "25"), ("0", "-3", "2.5", "x")),
                                             (args.share, ("0", "0.1"), ("1", "1.5", "-0.1", "nan")),
-                                            (args.positive, ("0.5", "240"), ("0", "-1", "inf", "nan"))])
+                                            (args.positive, ("0.5", "240"), ("0", "-1", "inf", "nan")),
+                                            (args.ratio, ("0.001", "1"), ("0", "1.5", "-0.1", "nan"))])
 def test_the_shared_types_take_what_they_say_and_refuse_the_rest(parse, good, bad):
     for text in good:
         assert parse(text) == float(text)
@@ -103,3 +108,11 @@ def test_dropouts_that_leave_exactly_the_threshold_of_survivors_are_measured(tmp
                        "--repeats", "1", "--out", str(tmp_path / "t")])
     rows = pd.read_csv(tmp_path / "t.csv")
     assert set(rows.side) == {"client", "server", "plain"} and not {"aborted", "skipped"} & set(rows.method)
+
+
+def test_gpu_rounds_counts_are_refused_below_one(capsys):
+    """--clients 0 ran a round of no clients; --epochs 0 and --batch-size 0 trained nothing or crashed."""
+    for option in ("--clients", "--epochs", "--batch-size"):
+        with pytest.raises(SystemExit) as ended:
+            gpu_round.main([option, "0"])
+        assert ended.value.code == 2 and f"argument {option}: '0': expected an integer >= 1" in capsys.readouterr().err

@@ -326,7 +326,7 @@ def main(argv=None) -> pd.DataFrame:
         for n in args.sizes:
             try:
                 needed = cell_setup(protocol, n, 1, 0.0, args.seed)[0].threshold  # client 0 never drops
-            except ValueError as err:  # not a registered protocol, or one that does not mask
+            except ValueError as err:  # a registered protocol that does not mask (none)
                 ap.error(f"--protocols {protocol}: {err}")
             for dropout in args.dropouts:
                 if int(round(dropout * n)) > n - needed:

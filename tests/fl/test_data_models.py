@@ -133,8 +133,8 @@ def test_a_dirichlet_split_that_leaves_a_client_empty_names_both_ways_out():
 
 
 def test_a_refused_dirichlet_draw_builds_no_client_indices(monkeypatch):
-    """Each of the 1000 draws is judged by its per-client counts; only a kept draw is cut into clients' index arrays,
-    which at 3,000 clients took a refusal (Fashion-MNIST, alpha 0.1) from 10 s to over 3 minutes, in every worker."""
+    """Each of the 1000 draws is judged by its per-client counts; only a kept draw is cut into clients' index arrays
+    (cutting every refused draw made a refusal at thousands of clients take minutes, in every worker)."""
     labels = np.repeat(np.arange(10), 30)
     splits = []
     real = np.split

@@ -111,6 +111,7 @@ class RayConfig:
     num_workers: Optional[int] = None  # null: one per CPU core
     num_cpus_per_worker: float = 1.0
     num_gpus_per_worker: float = 0.0
+    call_timeout_s: Optional[float] = None  # a worker silent this long in a round is killed as hung; null: wait
 
 
 @dataclass
@@ -231,6 +232,9 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if not 0 < c.ray.num_cpus_per_worker < math.inf or not 0 <= c.ray.num_gpus_per_worker < math.inf:
         raise ConfigError(f"need 0 < ray.num_cpus_per_worker and 0 <= ray.num_gpus_per_worker, both finite, got "
                           f"{c.ray.num_cpus_per_worker} and {c.ray.num_gpus_per_worker}")
+    if c.ray.call_timeout_s is not None and not 0 < c.ray.call_timeout_s < math.inf:
+        raise ConfigError(f"ray.call_timeout_s must be a positive number of seconds or null (wait for ever), got "
+                          f"{c.ray.call_timeout_s}")
     if c.device.startswith("cuda") and c.backend == "ray" and not c.ray.num_gpus_per_worker > 0:
         raise ConfigError("device=cuda with backend=ray needs ray.num_gpus_per_worker > 0 (e.g. 0.25: four workers "
                           "share one GPU); Ray hides the GPUs from actors that reserve none")

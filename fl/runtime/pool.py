@@ -10,6 +10,7 @@ import time
 from typing import Iterator
 
 import numpy as np
+from tqdm import tqdm
 
 from fl.errors import ConfigError
 from fl.runtime.raystart import usable_cpus
@@ -115,7 +116,9 @@ INLINE_BROADCAST_BYTES = 256 << 10
 class RayPool:
     """Long-lived Ray actors on the Ray that fl.launch started or joined; closing kills them, not Ray."""
 
-    def __init__(self, device: str, size: int, num_cpus: float, num_gpus: float):
+    def __init__(self, device: str, size: int, num_cpus: float, num_gpus: float, timeout: float | None = None):
+        """`timeout`: the seconds the driver waits for a worker's next reply in a round before it kills the
+        worker as hung (its clients count as dropped, as a dead worker's); None waits for ever."""
         import ray
 
         if not ray.is_initialized():  # fl.launch starts Ray (or joins a cluster); the pool only uses it
@@ -124,6 +127,7 @@ class RayPool:
         _check_fits(ray.cluster_resources(), size, num_cpus, num_gpus)
         self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(RemoteWorker)
         self._device = device
+        self.timeout = timeout
         self.workers = [self._actor.remote(device, i) for i in range(size)]  # start up in the background
         self.dead: set[int] = set()
         self._replaced: set[int] = set()  # replaced since the last `revive`, which reports them to the server
@@ -190,6 +194,10 @@ class RayPool:
         return self._gather({w: self.workers[w].evaluate.remote(*args) for w, args in args_per_worker.items()})
 
     def _gather(self, refs: dict) -> dict[int, object]:
+        if self.timeout is not None:
+            late = set(self._ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout)[1])
+            for w in [w for w, ref in refs.items() if ref in late]:
+                self._kill_hung(w)
         try:  # one wait for all the replies: the driver wakes once, when the slowest worker answers
             out = dict(zip(refs, self._ray.get(list(refs.values()))))
         except self._ray.exceptions.RayActorError:  # a worker died: find which, one reply at a time
@@ -213,16 +221,32 @@ class RayPool:
 
     def _items(self, w: int, generator) -> Iterator:
         try:
-            for ref in generator:
+            while True:
+                if self.timeout is not None and not self._ray.wait([generator], timeout=self.timeout)[0]:
+                    self._kill_hung(w)
+                ref = next(generator, None)
+                if ref is None:
+                    return
                 yield self._ray.get(ref)
         except self._ray.exceptions.RayActorError:
             self.dead.add(w)
             yield None
 
+    def _kill_hung(self, w: int) -> None:
+        """A worker silent for `timeout` seconds is killed, so that a hang (a deadlock, a stalled file system)
+        costs its clients this round rather than the run; the next `revive` replaces it."""
+        tqdm.write(f"fedsqueeze: worker {w} sent nothing for {self.timeout:g} s (ray.call_timeout_s): killed; its "
+                   f"clients count as dropped this round, and it is replaced")
+        self._ray.kill(self.workers[w], no_restart=True)
+        if w in self._shared:  # gone before the driver removes its reply buffer, which it could still be writing
+            _wait_exited([self._shared[w]])
+
     def revive(self) -> list[int]:
         """Replace dead actors with fresh ones (the clients they held lose their state, as a device would);
         returns the workers replaced since the last call, here or by `replace_dead` (their model must be caught up)."""
-        self._replace_dead()  # each fresh actor's attach runs before any later call to it
+        attached = self._replace_dead()  # each fresh actor's attach runs before any later call to it
+        if self.timeout is not None:  # a fresh actor's start-up (torch's import, the data) is not a hang
+            self._ray.wait(attached, num_returns=len(attached))
         revived, self._replaced = sorted(self._replaced), set()
         return revived
 
@@ -304,4 +328,4 @@ def make_pool(cfg):
     size, device = pool_size(cfg), str(cfg.device)
     if cfg.backend == "inline":
         return InlinePool(device, size)
-    return RayPool(device, size, cfg.ray.num_cpus_per_worker, cfg.ray.num_gpus_per_worker)
+    return RayPool(device, size, cfg.ray.num_cpus_per_worker, cfg.ray.num_gpus_per_worker, cfg.ray.call_timeout_s)

@@ -183,6 +183,9 @@ def test_one_key_given_twice_by_two_spellings_is_refused(kwargs, match):
     ("ray.num_workers=0", "ray.num_workers"),
     ("ray.num_cpus_per_worker=-1", "num_cpus_per_worker"),
     ("ray.num_gpus_per_worker=-1", "num_gpus_per_worker"),
+    ("ray.call_timeout_s=0", r"ray.call_timeout_s must be a positive number of seconds or null \(wait for ever\), got 0"),
+    ("ray.call_timeout_s=inf", "ray.call_timeout_s"),
+    ("ray.call_timeout_s=nan", "ray.call_timeout_s"),
     ("secagg=none secagg.dropout=5", r"secagg.dropout must be in \[0, 1\), got 5"),  # was reset, unread, unchecked
     ("secagg=none secagg.dropout=-1", "secagg.dropout"),
     # the protocol calls them degree and threshold t; the refusal names the keys the user set

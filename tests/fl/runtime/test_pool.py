@@ -129,6 +129,32 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
         pool.close()
 
 
+def test_a_worker_silent_past_the_call_timeout_is_killed_its_clients_dropped_and_replaced(ray_session, capsys):
+    """A hung worker (here a step that sleeps) hung the whole run: the driver waited on it for ever."""
+    from fl.runtime.pool import RayPool
+
+    def step(worker, seconds, t):  # defined here, so Ray ships it by value
+        time.sleep(seconds)
+        yield from ()
+
+    data, plan = _digits_plan()
+    pool = RayPool("cpu", 2, 1.0, 0.0, timeout=1.0)
+    try:
+        pool.attach(data, plan)
+        assert pool.call(step, {0: (0,), 1: (0,)}) == {0: ([], {}), 1: ([], {})}  # answered in time: kept
+        assert {w: list(s) for w, s in pool.stream(step, {0: (0,), 1: (0,)}).items()} == {0: [{}], 1: [{}]}
+        assert pool.dead == set()
+        assert pool.call(step, {0: (60,), 1: (0,)}) == {0: None, 1: ([], {})} and pool.dead == {0}
+        assert "worker 0 sent nothing for 1 s (ray.call_timeout_s): killed" in capsys.readouterr().out
+        assert pool.revive() == [0] and pool.call(step, {0: (0,)}) == {0: ([], {})}  # the fresh one answers
+        streamed = pool.stream(step, {0: (0,), 1: (60,)})
+        assert list(streamed[0]) == [{}] and list(streamed[1]) == [None] and pool.dead == {1}
+        assert pool.revive() == [1]
+        assert pool.call(step, {0: (0,), 1: (0,)}) == {0: ([], {}), 1: ([], {})}
+    finally:
+        pool.close()
+
+
 def test_a_pool_larger_than_the_ray_is_refused_before_any_work(ray_session, tmp_path):
     """More workers than the Ray's cores (each of ray.num_cpus_per_worker=1) used to wait forever for the actors
     that could not start; now the run is refused before any actor starts, and writes nothing."""

@@ -83,6 +83,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
         tqdm.write(f"fedsqueeze: {num_clients} clients ({cfg.dataset.partition}): samples {summary['samples'].min()}-"
                    f"{summary['samples'].max()}, classes per client {summary['classes'].min()}-"
                    f"{summary['classes'].max()}")
+        announce_residuals(plan, *residual_need(cfg, plan, size), local=cfg.backend != "ray" or not cfg.ray.address)
         timeline["rounds_started_at"] = time.time()  # wall clock (Unix seconds): start-up and exit are measured from it
         bar = tqdm(range(rounds), desc=f"fedsqueeze {chash}", unit="round", mininterval=0.5)
         for r in bar:
@@ -144,6 +145,51 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     finally:
         log.close()
     return finish(log, rows, timeline)
+
+
+def residual_need(cfg, plan: Plan, workers: int) -> tuple[int, int]:
+    """The bytes of error-feedback residuals the run will hold by its last round: all workers', and the largest
+    worker's. Known before round 0, as the cohorts are drawn from the seed: each client sampled in any round keeps
+    one residual (`plan.length` entries of `compression.residual_dtype`) from then on, on the worker that owns it
+    (client id modulo the pool size). A client that drops out or whose update is refused keeps none that round, so
+    there this is a bound; a masked last round's residuals, staged and held, are in it. 0 where no client keeps
+    a residual."""
+    if not plan.error_feedback:
+        return 0, 0
+    seed, num_clients, per_round = int(cfg.seed), int(cfg.fl.num_clients), int(cfg.fl.clients_per_round)
+    sampled: set[int] = set()
+    for r in range(int(cfg.fl.rounds)):
+        sampled.update(seeds.cohort(seed, r, num_clients, per_round))
+        if len(sampled) == num_clients:
+            break
+    each = plan.length * np.dtype(plan.residual_dtype).itemsize
+    per_worker = np.bincount([cid % workers for cid in sampled], minlength=workers)
+    return len(sampled) * each, int(per_worker.max()) * each
+
+
+def available_memory() -> int:
+    """Bytes of memory available on this machine now (psutil's `available`: free plus reclaimable)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def announce_residuals(plan: Plan, total: int, largest: int, local: bool) -> None:
+    """Say at start-up what the clients' residuals will take by the last round, and warn where a run on this
+    machine (`local`) needs more than the memory available now: such a run would otherwise die of a generic
+    MemoryError rounds in, its work lost. Only a warning: swap, other machines and a scheduler's limits are the
+    user's to weigh."""
+    if not total:
+        return
+    each = plan.length * np.dtype(plan.residual_dtype).itemsize
+    tqdm.write(f"fedsqueeze: client state: {total // each} clients' {plan.residual_dtype} residuals will reach "
+               f"{total / 1e6:,.1f} MB by the last round (the largest worker's {largest / 1e6:,.1f} MB)")
+    free = available_memory() if local else None
+    if free is not None and total > free:
+        print(f"fedsqueeze: warning: the clients' residuals will reach {total / 1e6:,.1f} MB, more than the "
+              f"{free / 1e6:,.1f} MB of memory available now: the run may die of a MemoryError rounds in. Less: "
+              "compression.residual_dtype=float16 (half), fewer fl.num_clients (or fl.rounds, where cohorts are "
+              "partial), compression.error_feedback=false, or a codec without residuals (qsgd)", file=sys.stderr)
 
 
 def _log_evaluated(log: RunLog, rows: list, bar, waiting, carried: CarriedEvaluation) -> None:

@@ -57,6 +57,8 @@ class Client:
     def __init__(self, config: RoundConfig, client_id: int, *, key_seed: bytes | None = None) -> None:
         """`key_seed`: derive this round's two key pairs from it (simulation only; see generate_keypair)."""
         self.config = _check_config(config)
+        if key_seed is not None and not isinstance(key_seed, bytes):  # not at advertise, after the round began
+            raise TypeError(f"key_seed must be bytes or None, got {type(key_seed).__name__}")
         self._key_seed = key_seed
         self.client_id = _client_id(client_id)
         config.check_participant(self.client_id)  # ValueError if not

@@ -45,7 +45,8 @@ class Server:
     ProtocolError and is not applied; the round goes on without it.
     Accounting: dropped_by_step (who of the previous step did not deliver; 'advertise': participants not in
     the roster, refused ones included), rejected (id -> why its advertisement was refused, for clients not
-    in the roster), survivors (U3), late_ignored (masked inputs that arrived after the unmask request).
+    in the roster), survivors (U3), late_ignored (how many clients' masked inputs arrived after the unmask
+    request; a second one from the same client is refused as a duplicate).
     """
 
     def __init__(self, config: RoundConfig) -> None:
@@ -66,7 +67,7 @@ class Server:
         self.dropped_by_step: dict[str, list[int]] = {"advertise": [], "share_keys": [], "masked_input": [],
                                                       "unmask": []}
         self.survivors: tuple[int, ...] = ()
-        self.late_ignored = 0
+        self._late: set[int] = set()  # clients whose masked input arrived after the unmask request
         self._state = "keys"  # keys -> shares -> inputs -> unmask -> done, or aborted
 
     # --- 1 ------------------------------------------------------------------------------------
@@ -138,14 +139,19 @@ class Server:
         if self._state not in ("inputs", "unmask", "done"):
             raise ProtocolError(f"unexpected masked input: the round is in state {self._state!r}")
         cid = self._check_sender(msg.session, msg.client_id, self._shares, "sent no shares (not in U2)")
-        if cid in self._received:
+        if cid in self._received or cid in self._late:
             raise ProtocolError(f"client {cid} sent its masked input twice")
         if self._state != "inputs":  # already declared dropped: its masks are being recovered instead
-            self.late_ignored += 1
+            self._late.add(cid)
             return
         vector = _check_vector(msg.masked, self.config.length, f"masked input of client {cid}")
         self._sum += vector
         self._received.add(cid)
+
+    @property
+    def late_ignored(self) -> int:
+        """How many clients' masked inputs arrived after the unmask request (ignored): clients, not messages."""
+        return len(self._late)
 
     def unmask_request(self) -> UnmaskRequest:
         if self._request is None:

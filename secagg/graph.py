@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import numbers
 import struct
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -48,6 +49,8 @@ class Graph:
 
     def __init__(self, nodes: Sequence[int], degree: int | None, seed: bytes) -> None:
         self.nodes = tuple(sorted(nodes))
+        if any(b == a for a, b in zip(self.nodes, self.nodes[1:])):
+            raise ValueError("graph nodes must be distinct client ids")
         self._last: tuple[tuple[int, ...], list[tuple[int, ...]]] | None = None
         m = len(self.nodes)
         self.complete = degree is None or degree >= m - 1
@@ -55,6 +58,8 @@ class Graph:
             self.ring = self.nodes
             self._table = None
             return
+        if isinstance(degree, bool) or not isinstance(degree, numbers.Integral) or degree < 2 or degree % 2:
+            raise ValueError(f"a sparse graph's degree must be an even integer >= 2, got {degree!r}")
         half = degree // 2
         words = prg_uint32(seed, 2 * m).astype(np.uint64)
         keys = words[0::2] | (words[1::2] << np.uint64(32))  # spelled out, not .view: the same on any byte order

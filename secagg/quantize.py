@@ -23,6 +23,10 @@ def smallest_safe_bits(quant_bits: int, max_clients: int) -> int:
     """The narrowest field Z_{2^b} in which the sum of max_clients values of quant_bits signed bits cannot wrap:
     the least b with max_clients * (2^(quant_bits-1) - 1) <= 2^(b-1) - 1 (at most quant_bits + ceil(log2
     max_clients))."""
+    if isinstance(quant_bits, bool) or int(quant_bits) != quant_bits or quant_bits < 2:
+        raise ValueError(f"quant_bits must be an integer >= 2 (one sign bit and one of value), got {quant_bits!r}")
+    if isinstance(max_clients, bool) or int(max_clients) != max_clients or max_clients < 1:
+        raise ValueError(f"max_clients must be an integer >= 1, got {max_clients!r}")
     total = int(max_clients) * (2 ** (int(quant_bits) - 1) - 1)
     return max(int(quant_bits), total.bit_length() + 1)
 

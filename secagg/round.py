@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import math
+import numbers
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from .graph import Graph, build_graph, graph_seed
 from .keys import client_id as _client_id
 from .messages import KeyRoster
+from .quantize import MAX_FIELD_BITS
 from .registry import get as _get_protocol
 from .shamir import PRIME
 
@@ -62,17 +64,17 @@ class RoundConfig:
         if len(ids) < 2:
             raise ValueError(f"secure aggregation needs at least 2 participants, got {len(ids)}")
         object.__setattr__(self, "participants", ids)
-        if isinstance(self.length, bool) or int(self.length) != self.length or self.length < 1:
+        if not _integral(self.length) or self.length < 1:
             raise ValueError(f"length must be a positive integer, got {self.length!r}")
         object.__setattr__(self, "length", int(self.length))
         n = len(ids)
         if self.degree is not None:
             k = self.degree
-            if isinstance(k, bool) or int(k) != k or (k != n - 1 and (not 2 <= k < n - 1 or k % 2)):
+            if not _integral(k) or (k != n - 1 and (not 2 <= k < n - 1 or k % 2)):
                 raise ValueError(f"degree must be an even integer in [2, {n - 1}] or n - 1 = {n - 1}, got {k!r}")
             object.__setattr__(self, "degree", int(k))
         t = self.threshold
-        if isinstance(t, bool) or int(t) != t:
+        if not _integral(t):
             raise ValueError(f"threshold must be an integer, got {t!r}")
         if t < 2:
             raise ValueError(f"threshold t={t} < 2: one share would reveal a secret (see secagg/round.py)")
@@ -115,9 +117,17 @@ class RoundConfig:
         return build_graph(nodes, self.degree, graph_seed(roster.keys))
 
 
+def _integral(value: object) -> bool:
+    """An int, numpy integer or integral float; never a bool, None or a string (False, not a crash)."""
+    return (isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+            and int(value) == value)
+
+
 def default_degree(n: int) -> int:
     """SecAgg+ degree: the smallest even k >= 2 * ceil(log2 n), capped at n - 1 (then the graph is complete)."""
-    k = 2 * math.ceil(math.log2(n)) if n > 1 else 0
+    if not _integral(n) or n < 2:  # no round has fewer clients (RoundConfig refuses it)
+        raise ValueError(f"the degree needs an integer n >= 2 clients, got {n!r}")
+    k = 2 * math.ceil(math.log2(n))
     k += k % 2
     return min(max(k, 2), n - 1)
 
@@ -132,7 +142,7 @@ def _resolve(protocol, n: int, threshold: int | None, degree: int | None):
             raise ValueError(f"protocol {cls.name!r} uses the full graph; it takes no degree")
     elif degree is None and n >= 2:
         degree = default_degree(n)
-    if threshold is None:
+    if threshold is None and (degree is None or _integral(degree)):  # else RoundConfig refuses the degree
         group = n if degree is None else degree + 1
         threshold = group // 2 + 1
     return cls, threshold, degree
@@ -157,22 +167,28 @@ def make_round(protocol, session: bytes, participants, length: int, threshold: i
 def session_id(run_id: str, round: int, participants: Iterable[int], *, protocol=None, length: int | None = None,
                threshold: int | None = None, degree: int | None = None, nonce: bytes | None = None,
                bits: int | None = None) -> bytes:
-    """SHA-256 over a length-prefixed encoding of (tag, run id, round, sorted unique participant ids), then,
+    """SHA-256 over a length-prefixed encoding of (tag, run id, round, sorted participant ids), then,
     when given, the configuration (protocol name, t, k, length; t and k as make_round resolves them, so pass
-    the same arguments), the server's nonce and the field's width in bits. Without the keyword inputs: the hash
-    of earlier versions."""
+    the same arguments; a configuration make_round would refuse is refused), the server's nonce and the field's
+    width in bits. Without the keyword inputs: the hash of earlier versions."""
+    if not isinstance(run_id, str):
+        raise TypeError(f"run_id must be a str, got {type(run_id).__name__}")
+    if isinstance(round, bool) or not isinstance(round, numbers.Integral) or not 0 <= round < 2**64:
+        raise ValueError(f"round must be an integer in [0, 2^64), got {round!r}")
     run = run_id.encode("utf-8")
-    if round < 0:
-        raise ValueError(f"round must be >= 0, got {round}")
-    ids = sorted({_client_id(p) for p in participants})
+    ids = sorted(_client_id(p) for p in participants)
+    if any(a == b for a, b in zip(ids, ids[1:])):
+        raise ValueError("participants contain duplicate client ids")  # as make_round refuses them
     encoded = [SESSION_TAG, struct.pack(">I", len(run)), run, struct.pack(">QI", round, len(ids))]
     encoded += [struct.pack(">Q", cid) for cid in ids]
     if protocol is not None:
-        if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-            raise ValueError(f"binding the configuration needs the vector length, got {length!r}")
+        if length is None:
+            raise ValueError("binding the configuration needs the vector length, got None")
         cls, t, k = _resolve(protocol, len(ids), threshold, degree)
+        cfg = RoundConfig(bytes(SESSION_BYTES), tuple(ids), length, t, k)  # refuses what make_round refuses
         name = cls.name.encode("utf-8")
-        encoded += [b"config", struct.pack(">I", len(name)), name, struct.pack(">QQQ", t, k or 0, length)]
+        encoded += [b"config", struct.pack(">I", len(name)), name,
+                    struct.pack(">QQQ", cfg.threshold, cfg.degree or 0, cfg.length)]
     elif (length, threshold, degree) != (None, None, None):
         raise ValueError("binding length, threshold or degree into the session needs the protocol too")
     if nonce is not None:
@@ -180,7 +196,8 @@ def session_id(run_id: str, round: int, participants: Iterable[int], *, protocol
             raise TypeError(f"the session nonce must be bytes, got {type(nonce).__name__}")
         encoded += [b"nonce", struct.pack(">I", len(nonce)), nonce]
     if bits is not None:
-        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 32:
-            raise ValueError(f"the field width must be an integer in [1, 32] bits, got {bits!r}")
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= MAX_FIELD_BITS:
+            raise ValueError(f"the field width must be an integer in [2, {MAX_FIELD_BITS}] bits (as "
+                             f"FixedPointQuantizer's), got {bits!r}")
         encoded += [b"field", struct.pack(">I", bits)]
     return hashlib.sha256(b"".join(encoded)).digest()

@@ -108,10 +108,14 @@ def test_a_late_masked_input_from_a_dropped_client_is_ignored_and_counted():
     assert r.request.dropped == (4,)
     r.server.add(late)
     assert r.server.late_ignored == 1
+    with pytest.raises(ProtocolError, match="twice"):  # late_ignored counts clients, not messages
+        r.server.add(late)
+    assert r.server.late_ignored == 1
     total = r.unmask()
     np.testing.assert_array_equal(total, plain_sum(inputs, [0, 1, 2, 3], LENGTH))
-    r.server.add(late)  # also after the result
-    assert r.server.late_ignored == 2
+    with pytest.raises(ProtocolError, match="twice"):  # also after the result
+        r.server.add(late)
+    assert r.server.late_ignored == 1
 
 
 def test_masked_inputs_before_the_bundles_are_refused():

@@ -78,10 +78,23 @@ def test_the_session_binds_protocol_threshold_degree_length_and_nonce():
 
 
 @pytest.mark.parametrize("kw,match", [({"nonce": "text"}, "nonce"), ({"protocol": "dh"}, "length"),
-                                      ({"length": 64}, "protocol"), ({"protocol": "none", "length": 64}, "mask")])
+                                      ({"length": 64}, "protocol"), ({"protocol": "none", "length": 64}, "mask"),
+                                      ({"bits": 1}, r"\[2, 32\]"), ({"bits": 33}, r"\[2, 32\]"),
+                                      # a configuration make_round refuses, refused here too
+                                      ({"protocol": "dh", "length": 64, "threshold": 1}, "< 2"),
+                                      ({"protocol": "dh", "length": 64, "threshold": -1}, "< 2"),
+                                      ({"protocol": "dh", "length": 64, "threshold": True}, "integer"),
+                                      ({"protocol": "secaggplus", "length": 64, "degree": 3}, "degree"),
+                                      ({"protocol": "secaggplus", "length": 64, "degree": -2}, "degree")])
 def test_session_binding_inputs_are_checked(kw, match):
     with pytest.raises((TypeError, ValueError), match=match):
         session_id("run", 0, IDS, **kw)
+
+
+@pytest.mark.parametrize("run,round", [(5, 0), ("run", -1), ("run", True), ("run", 1.5), ("run", 2**64)])
+def test_a_run_id_that_is_no_str_or_a_round_that_is_no_integer_is_refused(run, round):
+    with pytest.raises((TypeError, ValueError), match="run_id must be a str|round must be an integer"):
+        session_id(run, round, IDS)
 
 
 @pytest.mark.parametrize("change", [{"nonce": b"nonce-b"}, {"threshold": 4}, {"degree": 2}, {"length": 65}])

@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from secagg_rounds import at_unmask
 from split_graph import reference_components
 
-from secagg import KeyRoster, ProtocolError, UnmaskRequest, make_round, prg_uint32, session_id
+from secagg import Graph, KeyRoster, ProtocolError, UnmaskRequest, make_round, prg_uint32, session_id
 from secagg.prg import add_prg
 
 SEED = bytes(range(32))
@@ -100,6 +100,15 @@ def test_a_client_above_every_roster_id_is_refused_with_a_clear_error():
         for stranger in (0, 4, IDS[-1] + 1, 10**6):
             with pytest.raises(ValueError, match="not in this round's key roster"):
                 graph.neighbours(stranger)
+
+
+@pytest.mark.parametrize("nodes,degree", [(range(10), 3), (range(10), 0), (range(10), -2), (range(10), 4.0),
+                                          ([0, 0, 1, 2, 3, 4, 5], 2), ([0, 0, 1], None)])
+def test_a_graph_built_by_hand_with_an_odd_or_non_integer_degree_or_a_repeated_node_is_refused(nodes, degree):
+    """Not a ring of another degree, an empty neighbourhood or one client twice: RoundConfig never builds
+    these, a caller building a Graph itself must not get them silently."""
+    with pytest.raises(ValueError, match="degree must be an even integer|distinct"):
+        Graph(nodes, degree, SEED)
 
 
 def test_components_answer_each_set_of_members_asked_about_in_turn():

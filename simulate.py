@@ -15,7 +15,7 @@ from hydra.types import RunMode
 from omegaconf import DictConfig
 
 import fl
-from fl.config import ConfigError, register_schema
+from fl.config import ConfigError, check_switches, register_schema
 from fl.errors import RunInProgress
 from fl.sweep import UNFINISHED, unfinished
 
@@ -30,6 +30,7 @@ def main(cfg: DictConfig) -> str | None:
     multirun = HydraConfig.get().mode == RunMode.MULTIRUN
     overrides = list(HydraConfig.get().overrides.task) if multirun else []
     try:
+        check_switches(HydraConfig.get().overrides.task)  # what the composed config no longer shows: switch=2
         fl.run(cfg, keep_warm=multirun)  # a sweep's cells share one Ray and one warm pool (fl/runtime/warm.py)
     except RunInProgress as err:  # another process is running this cell into the same folder: left to it
         print(f"fedsqueeze: not run: {err}", file=sys.stderr)

@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import compression
 import secagg
-from fl.config import ConfigError, FLConfig, register_schema
+from fl.config import ConfigError, FLConfig, check_switch, check_switches, register_schema
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 _FL_KEYS = {f.name for f in fields(FLConfig)}
@@ -26,6 +26,7 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
     """The Hydra config that `python simulate.py <overrides>` would run."""
     from hydra import compose as hydra_compose, initialize_config_dir
 
+    check_switches(overrides or [])
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         return hydra_compose(config_name="config", overrides=list(overrides or []))
@@ -69,6 +70,7 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
     for key, value in values.items():
         if isinstance(value, np.generic):  # np.linspace's or an array's element: OmegaConf takes Python scalars only
             value = value.item()
+        check_switch(key, value)
         try:
             # struct mode: an unknown key raises, but for a codec option, a key of its own (`+compression.options.X`
             # on the command line), checked by the codec when the config is validated

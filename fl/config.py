@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Optional
 
@@ -134,6 +134,34 @@ def register_schema() -> None:
     ConfigStore.instance().store(name="fedsqueeze_schema", node=Config)
 
 
+# The true/false keys. OmegaConf reads any integer given one as a bool (compression.client=2 is true, -1 too), so
+# the values given are checked before they reach the schema (check_switches).
+SWITCHES = {f"{section}.{f.name}" for section, schema in (("fl", FLConfig), ("dataset", DatasetConfig),
+                                                           ("compression", CompressionConfig))
+            for f in fields(schema) if f.type == "bool"}
+
+
+def check_switch(key: str, value: Any) -> None:
+    """Refuses a number other than 0 and 1 (or its string) given to a switch, which OmegaConf would read as true."""
+    if key not in SWITCHES or isinstance(value, bool):
+        return
+    try:
+        number = int(value)
+    except (TypeError, ValueError, OverflowError):  # words, nan, inf: OmegaConf's own check (yes, on: true)
+        return
+    if number not in (0, 1):
+        raise ConfigError(f"{key} is a switch: true or false, got {value!r}")
+
+
+def check_switches(overrides: list[str]) -> None:
+    """check_switch for each `key=value` of a command line (Hydra's override syntax)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    for o in OverridesParser.create().parse_overrides(list(overrides)):
+        if not o.is_delete():
+            check_switch(o.key_or_group, o.value())
+
+
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
 CONV_MODELS = ("lenet", "cnn_wide")  # read model.padding (fl.models.convnet)
@@ -164,6 +192,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     except Exception as err:  # OmegaConf names the key on a later line, dropped here: put it first
         key, first = getattr(err, "full_key", ""), str(err).splitlines()[0]
         raise ConfigError(f"{key}: {first}" if key else first) from None
+    for key in SWITCHES if isinstance(plain, dict) else ():  # a hand-built or loaded config's own values
+        section, name = key.split(".")
+        if isinstance(plain.get(section), dict) and name in plain[section]:
+            check_switch(key, plain[section][name])
     c = typed
     try:
         c.compression.name = compression.canonical(c.compression.name)

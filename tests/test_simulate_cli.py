@@ -44,6 +44,7 @@ def test_relative_paths_resolve_against_the_directory_run_from_even_under_hydra_
     ("fl.roundz=3", "roundz"),
     ("secagg=rsa", "dh"),
     ("compression.name=zip", "registered: none, topk"),
+    ("compression.client=2", "compression.client is a switch: true or false, got 2"),  # OmegaConf read it as true
 ])
 def test_bad_configuration_is_refused_and_writes_nothing(tmp_path, override, message):
     out = simulate("backend=inline", override, f"results.dir={tmp_path / 'runs'}", cwd=tmp_path)

@@ -105,6 +105,18 @@ def test_a_sweep_with_a_refused_cell_names_every_refused_cell_and_runs_none(tmp_
     assert not list(results.rglob("rounds.csv")) and not list(results.rglob("config.json"))
 
 
+def test_a_sweep_refuses_a_cell_whose_switch_is_a_number_other_than_0_or_1(tmp_path):
+    """OmegaConf read compression.client=2 as true: the cell ran, with client compression on."""
+    results = tmp_path / "runs"
+    out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", "backend=inline", "model=mlp_small",
+                          "fl.rounds=1", "secagg=none", "compression.client=0,2", f"results.dir={results}"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "configuration refused for 1 of 2 cells; none ran:" in out.stderr
+    assert "compression.client is a switch: true or false, got 2" in out.stderr
+    assert not list(results.rglob("rounds.csv"))
+
+
 @pytest.mark.parametrize("empty", ["secagg=glob(rsa*)", "seed=range(0,0)"])
 def test_a_sweep_of_no_cells_is_refused_naming_the_key_swept_over_nothing(tmp_path, empty):
     """A typo'd glob() or an empty range() made a sweep of no cells, which exited 0 as if it had run, so

@@ -42,7 +42,7 @@ class CheckedSweeper(BasicSweeper):
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Compose each cell (Hydra's own check) and validate it; exit 2 listing the refused cells, if any."""
-        from fl.config import ConfigError, validate
+        from fl.config import ConfigError, check_switches, validate
 
         refused = []
         for overrides in batch:
@@ -50,6 +50,7 @@ class CheckedSweeper(BasicSweeper):
             with open_dict(config):
                 del config["hydra"]  # the cell's task sees its config without Hydra's own node
             try:
+                check_switches(overrides)
                 validate(config)
             except ConfigError as err:
                 refused.append(f"  {' '.join(filter_overrides(overrides))}: {err}")

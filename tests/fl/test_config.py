@@ -532,3 +532,38 @@ def test_a_results_dir_that_is_a_file_is_refused_before_any_work(tmp_path):
     (tmp_path / "runs").write_text("")
     with pytest.raises(ConfigError, match=r"results.dir=.*runs is a file: name a folder"):
         validate(fl.compose([f"results.dir={tmp_path / 'runs'}"]))
+
+
+SWITCHES = ["fl.eval_overlap", "dataset.download", "compression.client", "compression.server",
+            "compression.error_feedback", "compression.per_layer"]
+
+
+@pytest.mark.parametrize("key", SWITCHES)
+@pytest.mark.parametrize("value", ["2", "-1", "'2'"])
+def test_a_number_other_than_0_or_1_given_to_a_switch_is_refused_naming_it(key, value):
+    """OmegaConf reads any integer as a bool: compression.client=2 ran with client compression on."""
+    with pytest.raises(ConfigError, match=f"^{key} is a switch: true or false, got "):
+        validate(fl.compose([f"{key}={value}"]))
+
+
+@pytest.mark.parametrize("given", [{"client_with_compression": 2}, {"server_with_compression": -1},
+                                   {"eval_overlap": 5}, {"compression": {"error_feedback": "3"}}])
+def test_the_api_refuses_a_number_other_than_0_or_1_given_to_a_switch(given):
+    with pytest.raises(ConfigError, match=r" is a switch: true or false, got '?-?\d"):
+        fl.build_config(**given)
+
+
+def test_a_switch_given_inf_is_refused_as_a_config_error():
+    with pytest.raises(ConfigError, match="compression.client=inf: .* not a valid bool"):
+        fl.build_config(client_with_compression=float("inf"))
+
+
+def test_a_config_given_as_a_dict_refuses_a_number_other_than_0_or_1_given_to_a_switch():
+    with pytest.raises(ConfigError, match="^compression.client is a switch: true or false, got 2$"):
+        validate(OmegaConf.create({"compression": {"client": 2}}))
+
+
+@pytest.mark.parametrize("value,means", [("true", True), ("0", False), ("1", True), ("no", False), ("on", True)])
+def test_a_switch_takes_true_false_0_1_and_omegaconfs_words(value, means):
+    assert validate(fl.compose(["secagg=none", f"compression.client={value}"])).compression.client is means
+    assert fl.build_config(mask_protocol=None, client_with_compression=value).compression.client is means

@@ -102,9 +102,11 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
         rows["code"] = UNRECORDED
     rows["code"] = rows["code"].astype(object).fillna(UNRECORDED)
     rows["other"] = rows["run_id"].map(other_settings(rows, configs))
-    # what a line shares with its dense baseline: everything but the codec and the masking (dropouts included)
-    rows["base"] = rows["run_id"].map({r: json.dumps({k: v for k, v in c.items() if not _under(k, CODEC)},
-                                                     sort_keys=True) for r, c in configs.items()})
+    # what a line shares with its dense baseline: everything but the codec and the masking (dropouts included); a
+    # key a config.json lacks (written before the key existed) as the value runs had before it
+    rows["base"] = rows["run_id"].map({r: json.dumps({k: v for k, v in ({**BEFORE_KEYS, **c} if c else c).items()
+                                                      if not _under(k, CODEC)}, sort_keys=True)
+                                       for r, c in configs.items()})
     return rows, incomplete
 
 

@@ -550,6 +550,25 @@ def test_a_masked_line_under_dropouts_is_compared_with_the_dense_baseline_under_
     assert sorted(t[t["secagg"] == "none"]["other"]) == ["secagg.dropout=0.0", "secagg.dropout=0.05"]
 
 
+def test_a_line_finds_its_dense_baseline_among_several_though_only_one_of_them_spells_a_newer_key(tmp_path):
+    """Masked dense rerun with fl.max_update_norm: null in its config.json, beside dense runs written before the
+    key existed at two dropout rates (results/fmnist/dirichlet: two alphas): no line was alike, so Δ and x dense
+    were blank."""
+    def dense(name, dropout, accuracy):
+        rows = [dict(r, run_id=name, compression="none", ratio=1.0, secagg="none", index_policy="dense",
+                     field_bits=np.nan) for r in _rows(name, 0, 20, accuracy)]
+        _write_run(tmp_path, name, rows, _config(dropout=dropout))
+
+    dense("d0", 0.0, 0.8)
+    dense("d5", 0.05, 0.7)
+    newer = _config(dropout=0.05)
+    newer["fl"]["max_update_norm"] = None
+    _write_run(tmp_path, "m5", _rows("m5", 0, 20, 0.65), newer)
+    t = report.table(report.per_run(report.load([str(tmp_path)])[0], 0.6))
+    masked = t[t["secagg"] == "dh"].iloc[0]
+    assert masked["accuracy_change"] == pytest.approx(-0.05) and masked["up_vs_dense"] == pytest.approx(1.0)
+
+
 def test_a_line_whose_only_dense_run_ran_at_another_setting_has_no_baseline_unless_a_key_is_only_older(tmp_path):
     """The only dense line of a data and model was every line's baseline: top-k under 20% dropouts (or at server
     momentum 0.5, results/fmnist/clients_500) was set against dense without them, in Δ and in x dense."""

@@ -91,7 +91,10 @@ class Evaluator:
                 alive = [v for v in range(len(self.pool.workers)) if v not in getattr(self.pool, "dead", ())]
                 if not alive:
                     if replaced:
-                        raise RuntimeError("every worker died while evaluating the model, fresh ones too")
+                        timeout = getattr(self.pool, "timeout", None)  # a worker killed as hung counts as dead
+                        raise RuntimeError("every worker died while evaluating the model, fresh ones too" + (
+                            f", or sent nothing for ray.call_timeout_s={timeout:g} s: set it above an evaluation's "
+                            "seconds" if timeout else ""))
                     self.pool.replace_dead()
                     replaced = True
                     continue

@@ -147,24 +147,29 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     return finish(log, rows, timeline)
 
 
-def residual_need(cfg, plan: Plan, workers: int) -> tuple[int, int]:
-    """The bytes of error-feedback residuals the run will hold by its last round: all workers', and the largest
-    worker's. Known before round 0, as the cohorts are drawn from the seed: each client sampled in any round keeps
-    one residual (`plan.length` entries of `compression.residual_dtype`) from then on, on the worker that owns it
-    (client id modulo the pool size). A client that drops out or whose update is refused keeps none that round, so
-    there this is a bound; a masked last round's residuals, staged and held, are in it. 0 where no client keeps
-    a residual."""
+def residual_need(cfg, plan: Plan, workers: int) -> tuple[int, int, int]:
+    """The bytes of error-feedback residuals the run will hold by its last round: all workers', the largest
+    worker's, and how many clients keep one. Known before round 0, as the cohorts are drawn from the seed: each
+    client sampled in any round keeps one residual (`plan.length` entries of `compression.residual_dtype`) from
+    then on, on the worker that owns it (client id modulo the pool size). A masked round's new residuals wait in
+    float32, staged beside the old ones, until the round is applied: each worker's most clients in a round hold
+    that second copy too. A client that drops out or whose update is refused keeps none that round, so there this
+    is a bound. 0 where no client keeps a residual."""
     if not plan.error_feedback:
-        return 0, 0
+        return 0, 0, 0
     seed, num_clients, per_round = int(cfg.seed), int(cfg.fl.num_clients), int(cfg.fl.clients_per_round)
     sampled: set[int] = set()
+    staged = np.zeros(workers, np.int64)  # per worker, its most clients in one masked round
     for r in range(int(cfg.fl.rounds)):
-        sampled.update(seeds.cohort(seed, r, num_clients, per_round))
-        if len(sampled) == num_clients:
+        cohort = seeds.cohort(seed, r, num_clients, per_round)
+        sampled.update(cohort)
+        if plan.masked:
+            staged = np.maximum(staged, np.bincount(np.array(cohort) % workers, minlength=workers))
+        elif len(sampled) == num_clients:
             break
     each = plan.length * np.dtype(plan.residual_dtype).itemsize
-    per_worker = np.bincount([cid % workers for cid in sampled], minlength=workers)
-    return len(sampled) * each, int(per_worker.max()) * each
+    per_worker = np.bincount([cid % workers for cid in sampled], minlength=workers) * each + staged * plan.length * 4
+    return int(per_worker.sum()), int(per_worker.max()), len(sampled)
 
 
 def available_memory() -> int:
@@ -174,15 +179,14 @@ def available_memory() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def announce_residuals(plan: Plan, total: int, largest: int, local: bool) -> None:
+def announce_residuals(plan: Plan, total: int, largest: int, clients: int, local: bool) -> None:
     """Say at start-up what the clients' residuals will take by the last round, and warn where a run on this
     machine (`local`) needs more than the memory available now: such a run would otherwise die of a generic
     MemoryError rounds in, its work lost. Only a warning: swap, other machines and a scheduler's limits are the
     user's to weigh."""
     if not total:
         return
-    each = plan.length * np.dtype(plan.residual_dtype).itemsize
-    tqdm.write(f"fedsqueeze: client state: {total // each} clients' {plan.residual_dtype} residuals will reach "
+    tqdm.write(f"fedsqueeze: client state: {clients} clients' {plan.residual_dtype} residuals will reach "
                f"{total / 1e6:,.1f} MB by the last round (the largest worker's {largest / 1e6:,.1f} MB)")
     free = available_memory() if local else None
     if free is not None and total > free:

@@ -236,7 +236,7 @@ class RayPool:
         """A worker silent for `timeout` seconds is killed, so that a hang (a deadlock, a stalled file system)
         costs its clients this round rather than the run; the next `revive` replaces it."""
         tqdm.write(f"fedsqueeze: worker {w} sent nothing for {self.timeout:g} s (ray.call_timeout_s): killed; its "
-                   f"clients count as dropped this round, and it is replaced")
+                   f"clients that have not answered count as dropped this round, and it is replaced")
         self._ray.kill(self.workers[w], no_restart=True)
         if w in self._shared:  # gone before the driver removes its reply buffer, which it could still be writing
             _wait_exited([self._shared[w]])
@@ -244,16 +244,16 @@ class RayPool:
     def revive(self) -> list[int]:
         """Replace dead actors with fresh ones (the clients they held lose their state, as a device would);
         returns the workers replaced since the last call, here or by `replace_dead` (their model must be caught up)."""
-        attached = self._replace_dead()  # each fresh actor's attach runs before any later call to it
-        if self.timeout is not None:  # a fresh actor's start-up (torch's import, the data) is not a hang
-            self._ray.wait(attached, num_returns=len(attached))
+        self.replace_dead()
         revived, self._replaced = sorted(self._replaced), set()
         return revived
 
     def replace_dead(self) -> None:
         """Replace dead actors now, mid-round: an evaluation that found no worker alive needs one. The next
         `revive` still returns them."""
-        self._replace_dead()
+        attached = self._replace_dead()  # each fresh actor's attach runs before any later call to it
+        if self.timeout is not None:  # a fresh actor's start-up (torch's import, the data) is not a hang
+            self._ray.wait(attached, num_returns=len(attached))
 
     def _replace_dead(self) -> list:
         """A fresh actor for each dead one (replying through Ray), given the run's data and plan; the refs of

@@ -44,6 +44,7 @@ def pool(cfg, size: int, make):
     if _pool is None:
         _pool, _pool_key = make(), key
     else:
+        _pool.timeout = cfg.ray.call_timeout_s  # each cell's own, as a new pool's: not part of the pool's shape
         print(f"fedsqueeze: the sweep's warm pool of {size} workers serves this cell", flush=True)
     return _pool
 

@@ -38,18 +38,40 @@ def need(monkeypatch):
 def test_the_estimate_is_the_state_the_run_reports_at_its_last_round(tmp_path, need, dtype, capsys):
     """20 clients, 4 a round for 4 rounds: the clients sampled at least once keep a residual each, on worker cid % 2."""
     rows = run(tmp_path, f"compression.residual_dtype={dtype}")
-    (total, largest), = need["need"]
+    (total, largest, clients), = need["need"]
     each = rows["n_params"].iloc[0] * (4 if dtype == "float32" else 2)
     assert total == rows["state_bytes"].iloc[-1] and total % each == 0 and 4 * each < total < 16 * each
     assert largest == max(need["held"].values()) and set(need["held"]) == {0, 1}
     out = capsys.readouterr()
-    assert f"{total // each} clients' {dtype} residuals will reach {total / 1e6:,.1f} MB" in out.out
+    assert clients == total // each and f"{clients} clients' {dtype} residuals will reach {total / 1e6:,.1f} MB" in out.out
     assert "warning" not in out.err
+
+
+@pytest.mark.parametrize("policy, dtype", [("sketch", "float16"), ("fresh", "float32")])
+def test_a_masked_runs_estimate_holds_its_rounds_staged_residuals_beside_the_kept_ones(tmp_path, monkeypatch, policy,
+                                                                                      dtype):
+    """Every client in every round: a masked round stages each client's new residual (float32, held first under
+    `fresh`) beside the one it keeps, twice (three times in float16) the residuals the estimate counted."""
+    peaks, needs = {}, []
+    original_need, original_stats = sim.residual_need, Worker.stats
+
+    def stats(self):  # called once a round's residuals are staged (fresh: held), before they are kept
+        held = sum(c.nbytes for c, _ in self.held.values()) + sum(r.nbytes for r in self.staged.values())
+        peaks[self.worker_id] = max(peaks.get(self.worker_id, 0), held + sum(r.nbytes for r in self.residuals.values()))
+        return original_stats(self)
+
+    monkeypatch.setattr(sim, "residual_need", lambda *a: needs.append(original_need(*a)) or needs[-1])
+    monkeypatch.setattr(Worker, "stats", stats)
+    fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "compression.ratio=0.1",
+                       "fl.num_clients=10", "fl.clients_per_round=10", "fl.rounds=3", "ray.num_workers=2",
+                       f"compression.index_policy={policy}", f"compression.residual_dtype={dtype}"]))
+    (total, largest, clients), = needs
+    assert (total, largest, clients) == (sum(peaks.values()), max(peaks.values()), 10)
 
 
 def test_no_estimate_nor_line_where_no_client_keeps_a_residual(tmp_path, need, capsys):
     rows = run(tmp_path, "compression.error_feedback=false")
-    assert need["need"] == [(0, 0)] and rows["state_bytes"].iloc[-1] == 0
+    assert need["need"] == [(0, 0, 0)] and rows["state_bytes"].iloc[-1] == 0
     assert "residuals will reach" not in capsys.readouterr().out
 
 
@@ -57,7 +79,7 @@ def test_a_run_whose_residuals_exceed_the_available_memory_is_warned_at_start_up
         tmp_path, need, monkeypatch, capsys):
     monkeypatch.setattr(sim, "available_memory", lambda: 100_000)
     rows = run(tmp_path)
-    (total, _), = need["need"]
+    (total, _, _), = need["need"]
     assert len(rows) == 4 and total > 100_000
     err = capsys.readouterr().err
     assert f"residuals will reach {total / 1e6:,.1f} MB, more than the 0.1 MB of memory available now" in err
@@ -70,8 +92,8 @@ def test_a_run_on_other_machines_is_not_held_to_this_ones_memory(monkeypatch, ca
 
     monkeypatch.setattr(sim, "available_memory", lambda: 1)
     plan = SimpleNamespace(length=1000, residual_dtype="float32")
-    sim.announce_residuals(plan, 8000, 4000, local=False)
+    sim.announce_residuals(plan, 8000, 4000, 2, local=False)
     out = capsys.readouterr()
     assert "2 clients' float32 residuals will reach 0.0 MB" in out.out and out.err == ""
-    sim.announce_residuals(plan, 8000, 4000, local=True)
+    sim.announce_residuals(plan, 8000, 4000, 2, local=True)
     assert "more than the 0.0 MB of memory available now" in capsys.readouterr().err

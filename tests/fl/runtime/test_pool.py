@@ -105,6 +105,29 @@ def test_an_evaluation_whose_fresh_workers_die_too_fails_the_run_with_a_clear_er
         Evaluator(pool, 1, 100).evaluate_ranges("ref", {0: (0, 1)})
     assert pool.replaced == 1
 
+def test_an_evaluation_that_outlasts_the_call_timeout_on_fresh_workers_too_names_the_timeout():
+    """ray.call_timeout_s below an evaluation's seconds kills every worker, fresh ones too: the run failed saying
+    only that every worker died, and its failed-*.txt kept no trace of the kills."""
+    from fl.simulation import Evaluator
+
+    class Hung:  # every worker is killed in every evaluation
+        timeout = 0.01
+
+        def __init__(self):
+            self.workers, self.dead = [object()], set()
+
+        def evaluate(self, calls):
+            self.dead |= set(calls)
+            return dict.fromkeys(calls)
+
+        def replace_dead(self):
+            self.dead.clear()
+
+    with pytest.raises(RuntimeError, match=r"fresh ones too, or sent nothing for ray.call_timeout_s=0.01 s: set it "
+                                           r"above an evaluation's seconds"):
+        Evaluator(Hung(), 1, 100).evaluate_ranges("ref", {0: (0, 1)})
+
+
 def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
     from fl.runtime.pool import RayPool
     from fl.server import Broadcaster
@@ -151,6 +174,29 @@ def test_a_worker_silent_past_the_call_timeout_is_killed_its_clients_dropped_and
         assert list(streamed[0]) == [{}] and list(streamed[1]) == [None] and pool.dead == {1}
         assert pool.revive() == [1]
         assert pool.call(step, {0: (0,), 1: (0,)}) == {0: ([], {}), 1: ([], {})}
+    finally:
+        pool.close()
+
+
+def test_a_fresh_worker_started_mid_round_for_an_evaluation_is_not_timed_while_it_starts(ray_session):
+    """ray.num_workers=1 and its worker hung while evaluating: it is killed, and the fresh one that takes its batches
+    must not be killed too for its start-up (torch's import, the data), longer than the call timeout here: the run
+    failed with "every worker died while evaluating the model, fresh ones too"."""
+    import os
+    import signal
+
+    from fl.runtime.pool import RayPool
+    from fl.simulation import Evaluator
+
+    data, plan = _digits_plan()
+    weights = np.random.default_rng(0).normal(0, 0.1, plan.length).astype(np.float32)
+    expected = _evaluated_inline(data, plan, weights, 1)
+    pool = RayPool("cpu", 1, 1.0, 0.0, timeout=0.5)
+    try:
+        pool.attach(data, plan)
+        evaluator = Evaluator(pool, 1, len(data.y_test))
+        os.kill(pool._shared[0], signal.SIGSTOP)  # hung: alive, silent
+        assert evaluator(weights) == expected and pool.revive() == [0]
     finally:
         pool.close()
 

@@ -81,3 +81,18 @@ def test_a_pool_of_another_shape_is_replaced(tmp_path, ray_session, sweep):
                   keep_warm=True)
     assert warm._pool is not pool and len(warm._pool.workers) == 1 and pool.workers == []
     np.testing.assert_array_equal(rows["accuracy"], pd.read_csv(next(tmp_path.glob("*/rounds.csv")))["accuracy"])
+
+
+def test_a_warm_pool_waits_for_each_cell_as_that_cell_says(sweep):
+    """ray.call_timeout_s is not part of a pool's shape: a cell served by the last cell's pool waited as that cell
+    said (for ever, or killing workers this cell gives longer)."""
+    class Pool:
+        timeout, workers = None, []
+
+        def close(self):
+            pass
+
+    first = warm.pool(fl.compose(["ray.num_workers=2"]), 2, Pool)
+    assert warm.pool(fl.compose(["ray.num_workers=2", "ray.call_timeout_s=30"]), 2, Pool) is first
+    assert first.timeout == 30
+    assert warm.pool(fl.compose(["ray.num_workers=2"]), 2, Pool) is first and first.timeout is None

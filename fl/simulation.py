@@ -92,6 +92,8 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                        t_setup=t_setup if r == 0 else 0.0)
             revived = pool.revive()
             server.forget(revived)  # a dead worker is replaced; its clients' state is lost, as on a device
+            if revived:  # in done.json: these rows are not an undisturbed run's
+                timeline.setdefault("workers_replaced", []).append([r, revived])
             row["state_lost_bytes"] = sum(held.pop(w, 0) for w in revived)
             if row["state_lost_bytes"]:
                 tqdm.write(f"round {r}: worker(s) {revived} died and were replaced: their clients' state "
@@ -253,6 +255,13 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
     if lost:  # the run went on, but some clients' error feedback restarted from zero
         print(f"fedsqueeze: warning: workers died and their clients' state was lost ({lost} bytes of residuals in "
               f"{int((frame['state_lost_bytes'] > 0).sum())} rounds; the state_lost_bytes column says which)",
+              file=sys.stderr)
+    replaced = (timeline or {}).get("workers_replaced")
+    if replaced:  # died, or killed as hung (ray.call_timeout_s): their clients of that round dropped
+        print(f"fedsqueeze: warning: workers died or were killed as hung and were replaced before rounds "
+              f"{', '.join(str(r) for r, _ in replaced)} (a death mid-round drops that round's clients of the worker: "
+              "`dropped`; their residuals are lost: `state_lost_bytes`), so these rows may not be an undisturbed "
+              "run's, which a rerun into another results.dir gives; done.json lists them as workers_replaced",
               file=sys.stderr)
     aborted = frame["aborted"].astype(bool)
     # every update of the cohort lost or refused (a plain round then applies nothing, and is not aborted)

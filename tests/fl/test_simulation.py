@@ -623,6 +623,19 @@ def test_a_worker_replaced_with_its_clients_residuals_says_in_its_row_and_at_the
     assert f"their clients' state was lost ({3 * residual} bytes of residuals in 1 rounds" in capsys.readouterr().err
 
 
+def test_a_run_whose_worker_was_replaced_says_so_at_the_end_and_in_done_json_though_no_state_was_lost(
+        tmp_path, monkeypatch, capsys):
+    """Dense rounds keep no client state, so state_lost_bytes stayed 0 and nothing said that round 2 lost worker 0's
+    clients to a death or a hang (ray.call_timeout_s): the run read as an undisturbed one, and a rerun skipped it."""
+    _replace_worker_0_before_round_3(monkeypatch)
+    rows = small(tmp_path, "secagg=none", "compression=none", "fl.rounds=5", "fl.num_clients=6",
+                 "fl.clients_per_round=6", "ray.num_workers=2")
+    assert rows["state_lost_bytes"].tolist() == [0] * 5
+    assert "replaced before rounds 3 (a death mid-round drops that round's clients" in capsys.readouterr().err
+    (done,) = tmp_path.rglob("done.json")
+    assert json.loads(done.read_text())["workers_replaced"] == [[3, [0]]]
+
+
 def test_done_json_holds_the_runs_byte_totals_and_only_round_0_carries_the_start_up(tmp_path):
     rows = small(tmp_path, "secagg=none", "compression.ratio=0.1")
     (done_path,) = tmp_path.rglob("done.json")

@@ -194,8 +194,9 @@ def announce_residuals(plan: Plan, total: int, largest: int, clients: int, local
     if free is not None and total > free:
         print(f"fedsqueeze: warning: the clients' residuals will reach {total / 1e6:,.1f} MB, more than the "
               f"{free / 1e6:,.1f} MB of memory available now: the run may die of a MemoryError rounds in. Less: "
-              "compression.residual_dtype=float16 (half), fewer fl.num_clients (or fl.rounds, where cohorts are "
-              "partial), compression.error_feedback=false, or a codec without residuals (qsgd)", file=sys.stderr)
+              "compression.residual_dtype=float16 (halves the kept residuals), fewer fl.num_clients (or fl.rounds, "
+              "where cohorts are partial), compression.error_feedback=false, or a codec without residuals (qsgd)",
+              file=sys.stderr)
 
 
 def _log_evaluated(log: RunLog, rows: list, bar, waiting, carried: CarriedEvaluation) -> None:

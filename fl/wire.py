@@ -57,7 +57,8 @@ def _parse(cls, data: bytes, what: str, limit: int | None = None):
         raise WireError(f"{what}: {len(data)} bytes, over the {limit}-byte limit of this message")
     data = bytes(data)
     if len(data) < 5 or data[-5:-4] != _CHECKSUM_TAG:
-        raise WireError(f"{what}: no checksum field at the end: truncated ({len(data)} bytes)")
+        raise WireError(f"{what}: no checksum field at the end ({len(data)} bytes): truncated, or bytes appended "
+                        f"after it")
     if crc32c(data[:-5]) != int.from_bytes(data[-4:], "little"):
         raise WireError(f"{what}: checksum mismatch ({len(data)} bytes): altered or truncated in transit")
     msg = cls()
@@ -316,7 +317,8 @@ def decode_round_index(data: bytes, session: bytes, length: int, count: int) -> 
 
 def index_set_fields(positions: np.ndarray | None, seed: int, length: int) -> dict:
     """Broadcast fields for the shared index set: just the public seed when clients can derive the set
-    from it, else the positions in the smaller of bitmap and delta-varint form (top-k's position block)."""
+    from it, else the positions as top-k's position block: the smallest of bitmap, delta-varint, uint16 offsets and
+    Golomb-Rice (`compression.positions.encode_positions`)."""
     if positions is None:
         return {}
     if seed or len(positions) == length:

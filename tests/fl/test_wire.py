@@ -93,6 +93,29 @@ def test_an_altered_payload_byte_is_caught_by_the_checksum():
         wire.decode_update(bytes(altered), 3, 1000)
 
 
+def test_bytes_appended_to_a_message_are_named_as_such_not_as_a_truncation():
+    """A message with bytes after its checksum has no checksum field at its end; the error says it may have been
+    extended, not only that it was cut short."""
+    message, _ = _update_message()
+    for extra in (b"\x00", b"\x01\x02"):
+        with pytest.raises(wire.WireError, match="no checksum field at the end .*bytes appended"):
+            wire.decode_update(message + extra, 3, 1000)
+    with pytest.raises(wire.WireError, match="no checksum field at the end .*truncated"):
+        wire.decode_update(message[:-1], 3, 1000)
+
+
+def test_the_index_set_block_in_a_broadcast_is_whichever_position_encoding_is_smallest():
+    """index_set_fields sends compression.positions' position block: the smallest of its four encodings (here
+    Golomb-Rice, tighter than the bitmap and the varint gaps for evenly spread positions)."""
+    from compression.positions import ENCODING_NAMES, position_sizes
+
+    n = 100000
+    positions = np.sort(np.random.default_rng(3).choice(n, 5000, replace=False))
+    block = wire.index_set_fields(positions, 0, n)["index_positions"]
+    sizes = position_sizes(positions, n)
+    assert ENCODING_NAMES[block[0]] == "rice" and len(block) == 1 + min(sizes.values()) < sizes["varint"]
+
+
 def test_the_checksum_is_crc32c():
     assert wire.crc32c(b"123456789") == 0xE3069283  # the CRC-32C check value (RFC 3720, B.4)
     message, _ = _update_message()

@@ -9,12 +9,13 @@ import signal
 import sys
 import traceback
 
+import fl  # first: it refuses a Python whose standard library our compression/ would hide
+
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-import fl
 from fl.config import ConfigError, check_switches, register_schema
 from fl.errors import RunInProgress
 from fl.sweep import UNFINISHED, unfinished

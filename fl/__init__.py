@@ -4,7 +4,14 @@
 The names below load on first use, so a Ray worker importing `fl.runtime.worker` does not pay for
 pandas and Hydra at its start.
 """
-from fl.errors import ConfigError
+import sys
+
+if sys.version_info >= (3, 14):  # checked before anything imports gzip, which 3.14 builds on its own `compression`
+    raise ImportError("fedsqueeze runs on Python 3.10-3.13: 3.14's standard library has a package named compression "
+                      "(PEP 784), which this project's top-level compression/ hides (gzip, and pandas with it, would "
+                      "then fail to import)")
+
+from fl.errors import ConfigError  # noqa: E402
 
 _API = ("build_config", "compose", "run_server")
 

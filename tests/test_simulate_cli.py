@@ -111,3 +111,13 @@ def test_sigterm_ends_a_run_through_its_handlers_keeping_the_round_that_waited_f
     assert failed.name == f"failed-{rows['run_id'].iloc[0]}.txt" and "SystemExit" in failed.read_text()
     assert not (folder / "running.lock").exists() and not (folder / "done.json").exists()
     assert list(rows["round"]) == list(range(len(rows))) and len(rows) >= 3
+
+
+@pytest.mark.parametrize("entry", ["import fl", "import runpy; sys.argv = ['simulate.py']; runpy.run_path('simulate.py')"])
+def test_python_3_14_is_refused_naming_the_clash_of_the_two_compression_packages(entry):
+    """On 3.14 the standard library's own `compression` (PEP 784), hidden by ours, broke gzip's import with an
+    error that named neither; the entry points refuse it first (the interpreter's version patched here)."""
+    out = subprocess.run([sys.executable, "-c", f"import sys; sys.version_info = (3, 14, 0, 'final', 0); {entry}"],
+                         capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 1
+    assert "fedsqueeze runs on Python 3.10-3.13: 3.14's standard library has a package named compression" in out.stderr

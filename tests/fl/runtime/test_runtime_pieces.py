@@ -22,7 +22,8 @@ from fl.runtime.transport import ReplyBuffer, ReplyReader
 def cfg(backend="ray", device="cpu", num_workers=None, cpus=1.0, gpus=0.0, address=None, clients_per_round=10):
     return SimpleNamespace(backend=backend, device=device, fl=SimpleNamespace(clients_per_round=clients_per_round),
                            ray=SimpleNamespace(num_workers=num_workers, num_cpus_per_worker=cpus,
-                                               num_gpus_per_worker=gpus, address=address))
+                                               num_gpus_per_worker=gpus, address=address,
+                                               call_timeout_s=None))
 
 
 # --- the warm pool and dataset (fl.runtime.warm) ------------------------------------------------

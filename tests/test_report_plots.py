@@ -533,15 +533,17 @@ def test_a_label_names_its_folder_however_spelt_and_one_for_a_folder_not_reporte
         report.main(["runs", "--label", "other=x", "--out", "out"])
 
 
-def test_a_masked_line_under_dropouts_is_compared_with_the_dense_baseline_under_the_same_dropouts(tmp_path):
-    """secagg.dropout acts on plain rounds too: it is part of a line's baseline, not of its masking."""
-    def dense(name, dropout, accuracy):
+def _two_dense_runs_at_two_dropout_rates(tmp_path):
+    """Dense runs d0 (no dropouts, accuracy 0.8) and d5 (secagg.dropout=0.05, 0.7)."""
+    for name, dropout, accuracy in (("d0", 0.0, 0.8), ("d5", 0.05, 0.7)):
         rows = [dict(r, run_id=name, compression="none", ratio=1.0, secagg="none", index_policy="dense",
                      field_bits=np.nan) for r in _rows(name, 0, 20, accuracy)]
         _write_run(tmp_path, name, rows, _config(dropout=dropout))
 
-    dense("d0", 0.0, 0.8)
-    dense("d5", 0.05, 0.7)
+
+def test_a_masked_line_under_dropouts_is_compared_with_the_dense_baseline_under_the_same_dropouts(tmp_path):
+    """secagg.dropout acts on plain rounds too: it is part of a line's baseline, not of its masking."""
+    _two_dense_runs_at_two_dropout_rates(tmp_path)
     _write_run(tmp_path, "m5", _rows("m5", 0, 20, 0.65), _config(dropout=0.05))
     rows, _ = report.load([str(tmp_path)])
     t = report.table(report.per_run(rows, 0.6))
@@ -554,13 +556,7 @@ def test_a_line_finds_its_dense_baseline_among_several_though_only_one_of_them_s
     """Masked dense rerun with fl.max_update_norm: null in its config.json, beside dense runs written before the
     key existed at two dropout rates (results/fmnist/dirichlet: two alphas): no line was alike, so Δ and x dense
     were blank."""
-    def dense(name, dropout, accuracy):
-        rows = [dict(r, run_id=name, compression="none", ratio=1.0, secagg="none", index_policy="dense",
-                     field_bits=np.nan) for r in _rows(name, 0, 20, accuracy)]
-        _write_run(tmp_path, name, rows, _config(dropout=dropout))
-
-    dense("d0", 0.0, 0.8)
-    dense("d5", 0.05, 0.7)
+    _two_dense_runs_at_two_dropout_rates(tmp_path)
     newer = _config(dropout=0.05)
     newer["fl"]["max_update_norm"] = None
     _write_run(tmp_path, "m5", _rows("m5", 0, 20, 0.65), newer)

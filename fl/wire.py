@@ -58,7 +58,7 @@ def _parse(cls, data: bytes, what: str, limit: int | None = None):
     data = bytes(data)
     if len(data) < 5 or data[-5:-4] != _CHECKSUM_TAG:
         raise WireError(f"{what}: no checksum field at the end ({len(data)} bytes): truncated, or bytes appended "
-                        f"after it")
+                        "after it")
     if crc32c(data[:-5]) != int.from_bytes(data[-4:], "little"):
         raise WireError(f"{what}: checksum mismatch ({len(data)} bytes): altered or truncated in transit")
     msg = cls()

@@ -236,7 +236,7 @@ class RayPool:
         """A worker silent for `timeout` seconds is killed, so that a hang (a deadlock, a stalled file system)
         costs its clients this round rather than the run; the next `revive` replaces it."""
         tqdm.write(f"fedsqueeze: worker {w} sent nothing for {self.timeout:g} s (ray.call_timeout_s): killed; its "
-                   f"clients that have not answered count as dropped this round, and it is replaced")
+                   "clients that have not answered count as dropped this round, and it is replaced")
         self._ray.kill(self.workers[w], no_restart=True)
         if w in self._shared:  # gone before the driver removes its reply buffer, which it could still be writing
             _wait_exited([self._shared[w]])

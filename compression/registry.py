@@ -21,11 +21,12 @@ _canonical_of: dict[str, str] = {}  # canonical name or alias -> canonical name
 def register(name: str, cls, aliases: tuple[str, ...] = ()):
     """Register `cls` under the canonical `name` and its `aliases`; returns `cls`.
 
-    Registering the same class again is a no-op (module reloads); a name or alias that is already
+    Registering the same class again is a no-op; its new definition (a module reloaded, a notebook cell run
+    again: the same module and qualified name) takes the name over. A name or alias that is already
     taken by another protocol (compared case-insensitively, since lookup falls back to that)
     raises ValueError.
     """
-    if name in _classes and _classes[name] is not cls:
+    if name in _classes and not _same_definition(_classes[name], cls):
         raise ValueError(f"compression protocol {name!r} is already registered to {_classes[name].__name__}")
     for key in (name, *aliases):
         for taken, owner in _canonical_of.items():
@@ -35,6 +36,12 @@ def register(name: str, cls, aliases: tuple[str, ...] = ()):
     for key in (name, *aliases):
         _canonical_of[key] = name
     return cls
+
+
+def _same_definition(old: type, new: type) -> bool:
+    """Whether `new` is `old` or the same class defined again (same module, same qualified name)."""
+    return old is new or (getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == \
+        (getattr(new, "__module__", None), getattr(new, "__qualname__", None))
 
 
 def canonical(name: str) -> str:

@@ -33,10 +33,11 @@ def cpu_model(info: Path = Path("/proc/cpuinfo")) -> str:
     return platform.processor() or platform.machine()
 
 
-@functools.lru_cache(maxsize=4)
 def code_version(root: Path | None = None) -> str:
     """The commit of the checkout the code runs from (12 hex digits), with `+modified` when the code differs from
-    it, so a table can say which code its rows came from; the package version outside a git checkout."""
+    it, so a table can say which code its rows came from; the package version outside a git checkout. Asked at
+    every run, never cached: a long session (a notebook) may edit or check out code between two runs, and a Ray
+    run's fresh workers import what is on disk then."""
     root = Path(__file__).resolve().parent.parent if root is None else Path(root)
 
     def git(*args: str) -> str:

@@ -53,9 +53,10 @@ def _run(cfg, cfg_dict: dict, chash: str, log: RunLog, keep_warm: bool) -> pd.Da
         try:
             if cfg.backend == "ray":
                 raystart.start(cfg.ray.address)  # the pool uses this Ray; stopped below, however the run ends
-            from fl.simulation import simulate
+            from fl.simulation import callers_torch_rng, simulate
 
-            return simulate(cfg, cfg_dict, chash, log, t_start, loading, keep)
+            with callers_torch_rng(cfg):
+                return simulate(cfg, cfg_dict, chash, log, t_start, loading, keep)
         except BaseException:
             if keep:
                 warm.discard()  # a cell that raised may have left its workers mid-step: never reused

@@ -8,6 +8,7 @@ its row is written once that call is back: a round late, with the same figures.
 """
 from __future__ import annotations
 
+import contextlib
 import resource
 import sys
 import time
@@ -60,6 +61,18 @@ def simulate(cfg, cfg_dict: dict, chash: str, log: RunLog, t_start: float, loadi
     finally:
         if not keep:
             pool.close()
+
+
+def callers_torch_rng(cfg):
+    """An inline run's workers seed torch's generators in this process (the initial model, each client): the
+    caller's state is put back when the run ends, however it ends, so that a notebook's own draws after a run
+    are those it would have made without it. A Ray run seeds its workers' processes only."""
+    if cfg.backend != "inline":
+        return contextlib.nullcontext()
+    import torch
+
+    device = torch.device(str(cfg.device))
+    return torch.random.fork_rng(devices=None if device.type == "cuda" else [], device_type=device.type)
 
 
 def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_setup, torch_version) -> pd.DataFrame:

@@ -75,3 +75,27 @@ def test_registering_the_same_class_again_is_harmless():
 def test_registered_classes_carry_their_name():
     for name in compression.names():
         assert compression.get(name).name == name
+
+
+def test_a_codec_module_reloaded_registers_its_new_class_under_its_name(tmp_path, monkeypatch):
+    """A codec under development, reloaded (importlib.reload, a notebook's autoreload) or its notebook cell run
+    again, defines its class anew: the new definition takes its name, not a ValueError, and is what `get` gives."""
+    import importlib
+    import sys
+
+    from compression import registry
+
+    monkeypatch.setattr(registry, "_classes", dict(registry._classes))  # the name goes with the test
+    monkeypatch.setattr(registry, "_canonical_of", dict(registry._canonical_of))
+    (tmp_path / "mycodec_reloaded.py").write_text(
+        "import compression\n\n"
+        "class Mine(compression.NoCompression):\n    name = 'mine_reloaded'\n\n"
+        "compression.register('mine_reloaded', Mine, aliases=('MineProtocol',))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "mycodec_reloaded", raising=False)
+    module = importlib.import_module("mycodec_reloaded")
+    first = module.Mine
+    importlib.reload(module)
+    assert module.Mine is not first
+    assert compression.get("mine_reloaded") is module.Mine and compression.get("MineProtocol") is module.Mine
+    sys.modules.pop("mycodec_reloaded")

@@ -20,9 +20,7 @@ def checkout(tmp_path):
     _git(tmp_path, "init", "-q")
     _git(tmp_path, "add", "-A")
     _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "first")
-    environment.code_version.cache_clear()
-    yield tmp_path
-    environment.code_version.cache_clear()
+    return tmp_path
 
 
 def test_a_clean_checkout_is_named_by_its_commit(checkout):
@@ -35,9 +33,17 @@ def test_changed_code_is_marked_modified_but_changed_results_and_new_result_file
     (checkout / "results" / "run" / "rounds.csv").write_text("round\n")
     commit = _git(checkout, "rev-parse", "HEAD")[:12]
     assert environment.code_version(checkout) == commit
-    environment.code_version.cache_clear()
     (checkout / "fl" / "core.py").write_text("x = 2\n")
     assert environment.code_version(checkout) == commit + "+modified"
+
+
+def test_code_changed_after_an_earlier_run_of_the_same_process_is_seen(checkout):
+    """A notebook runs, edits the code (or checks out another commit), runs again: the second run's rows must not
+    name the first one's code (a Ray run's fresh workers import what is on disk)."""
+    assert environment.code_version(checkout) == _git(checkout, "rev-parse", "HEAD")[:12]
+    (checkout / "fl" / "core.py").write_text("x = 2\n")
+    _git(checkout, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-am", "second")
+    assert environment.code_version(checkout) == _git(checkout, "rev-parse", "HEAD")[:12]
 
 
 def test_a_new_untracked_code_file_is_modified_code_but_an_ignored_one_is_not(checkout):
@@ -48,14 +54,11 @@ def test_a_new_untracked_code_file_is_modified_code_but_an_ignored_one_is_not(ch
     commit = _git(checkout, "rev-parse", "HEAD")[:12]
     (checkout / "fl" / "__pycache__").mkdir()
     (checkout / "fl" / "__pycache__" / "core.cpython-311.pyc").write_bytes(b"\0")
-    environment.code_version.cache_clear()
     assert environment.code_version(checkout) == commit
     for junk in (".simulation.py.swp", "notes.txt", ".DS_Store"):  # an editor's, a user's, an OS's: not code
         (checkout / "fl" / junk).write_text("x")
-    environment.code_version.cache_clear()
     assert environment.code_version(checkout) == commit
     (checkout / "fl" / "sign.py").write_text("y = 1\n")
-    environment.code_version.cache_clear()
     assert environment.code_version(checkout) == commit + "+modified"
 
 

@@ -61,3 +61,16 @@ def test_the_inline_backend_starts_no_ray_and_gets_the_dataset_loaded_meanwhile(
                               "secagg=none"]))
     assert fake_ray.calls == [] and len(rows) == 1
     assert rows["accuracy"].iloc[0] > 0.4  # one round of mlp_small on digits: 0.59 here, chance is 0.1
+
+
+def test_an_inline_run_leaves_the_callers_torch_generator_as_it_was(tmp_path):
+    # A notebook seeds torch, runs, then draws: the run's own seeding (initial model, each client) must not
+    # change what the notebook draws next.
+    import torch
+
+    overrides = [f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=1", "secagg=none"]
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    fl.run(fl.compose(overrides))
+    assert torch.equal(torch.rand(3), expected)

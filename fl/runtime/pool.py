@@ -126,7 +126,7 @@ class RayPool:
         self._ray = ray
         _check_fits(ray.cluster_resources(), size, num_cpus, num_gpus)
         self._actor = ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=0)(RemoteWorker)
-        self._device = device
+        self._device, self._resources = device, (num_cpus, num_gpus)
         self.timeout = timeout
         self.workers = [self._actor.remote(device, i) for i in range(size)]  # start up in the background
         self.dead: set[int] = set()
@@ -148,7 +148,7 @@ class RayPool:
                 self._ray.get(ref)
             except self._ray.exceptions.RayActorError:  # died since the last cell of a warm pool: replaced here
                 self.dead.add(w)
-        self._ray.get(self._replace_dead())
+        self._ray.get(self._started(self._replace_dead()))
         self._replaced.clear()  # a new run's server knows no worker's model yet
         if not self._probed:
             self._share_replies()
@@ -251,9 +251,21 @@ class RayPool:
     def replace_dead(self) -> None:
         """Replace dead actors now, mid-round: an evaluation that found no worker alive needs one. The next
         `revive` still returns them."""
-        attached = self._replace_dead()  # each fresh actor's attach runs before any later call to it
-        if self.timeout is not None:  # a fresh actor's start-up (torch's import, the data) is not a hang
-            self._ray.wait(attached, num_returns=len(attached))
+        self._started(self._replace_dead())  # a fresh actor's start-up (torch's import, the data) is not a hang
+
+    def _started(self, attached: list) -> list:
+        """Wait until fresh actors are attached; returns `attached`. One that cannot start, as the Ray no longer holds
+        the pool (a node of the cluster lost, with its workers), fails the run: it would otherwise wait for ever."""
+        waiting = attached
+        while waiting:
+            waiting = self._ray.wait(waiting, num_returns=len(waiting), timeout=1.0)[1]
+            if waiting:
+                try:
+                    _check_fits(self._ray.cluster_resources(), len(self.workers), *self._resources)
+                except ConfigError as err:
+                    raise RuntimeError(f"dead workers cannot be replaced, as the Ray has shrunk (a node of the cluster "
+                                       f"lost?): {err}") from None
+        return attached
 
     def _replace_dead(self) -> list:
         """A fresh actor for each dead one (replying through Ray), given the run's data and plan; the refs of

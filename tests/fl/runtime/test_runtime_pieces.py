@@ -169,6 +169,47 @@ def test_a_pool_that_fits_up_to_rounding_is_not_refused():
     _check_fits({"CPU": 25.0, "GPU": 7.0}, 25, 1.0, 0.28)
 
 
+def _shrinking_ray(monkeypatch, cpus: float, starts_after: int):
+    """A Ray of `cpus` CPUs whose fresh actors are attached after `starts_after` waits of a second (never if < 0)."""
+    state = {"CPU": cpus, "waits": 0}
+
+    def wait(refs, num_returns, timeout):
+        state["waits"] += 1
+        assert state["waits"] < 20, "waited for ever for a worker that cannot start"
+        started = 0 <= starts_after < state["waits"]
+        return (refs, []) if started else ([], refs)
+
+    actor = SimpleNamespace(remote=lambda device, w: SimpleNamespace(attach=SimpleNamespace(remote=lambda *a: f"ref{w}")))
+    fake = SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {"CPU": state["CPU"]},
+                           remote=lambda **kw: lambda cls: actor, wait=wait)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    return state
+
+
+def test_a_dead_worker_that_can_no_longer_start_fails_the_run_rather_than_hanging_it(monkeypatch):
+    """A node of a Ray cluster lost mid-run takes its worker and its CPUs: the worker's replacement could never
+    start, and the run waited for it for ever, silently (with ray.call_timeout_s too)."""
+    from fl.runtime.pool import RayPool
+
+    ray = _shrinking_ray(monkeypatch, 3.0, starts_after=-1)
+    pool = RayPool("cpu", 3, 1.0, 0.0)
+    pool._data = pool._plan = "attached"
+    pool.dead, ray["CPU"] = {2}, 2.0  # the node that held worker 2 is gone
+    with pytest.raises(RuntimeError, match=r"dead workers cannot be replaced, as the Ray has shrunk .*needs 3 CPUs "
+                                           r"and this Ray has 2"):
+        pool.revive()
+
+
+def test_a_dead_worker_is_replaced_once_its_fresh_actor_has_started(monkeypatch):
+    from fl.runtime.pool import RayPool
+
+    ray = _shrinking_ray(monkeypatch, 3.0, starts_after=3)  # torch's import in the fresh actor
+    pool = RayPool("cpu", 3, 1.0, 0.0)
+    pool._data = pool._plan = "attached"
+    pool.dead = {2}
+    assert pool.revive() == [2] and ray["waits"] == 4
+
+
 def test_an_inline_pool_gives_back_the_callers_torch_threads_when_it_closes():
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

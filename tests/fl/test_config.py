@@ -567,3 +567,19 @@ def test_a_config_given_as_a_dict_refuses_a_number_other_than_0_or_1_given_to_a_
 def test_a_switch_takes_true_false_0_1_and_omegaconfs_words(value, means):
     assert validate(fl.compose(["secagg=none", f"compression.client={value}"])).compression.client is means
     assert fl.build_config(mask_protocol=None, client_with_compression=value).compression.client is means
+
+
+def test_a_codec_defined_in_main_is_refused_under_ray_whose_workers_would_not_know_it(monkeypatch):
+    """A codec defined in a notebook: Ray ships its class by value, its register() never runs in a worker, and
+    the run failed after Ray and the workers had started (a pickling dump, or 'unknown codec' in a worker)."""
+    import compression
+    from compression import registry
+
+    monkeypatch.setattr(registry, "_classes", dict(registry._classes))  # the name goes with the test
+    monkeypatch.setattr(registry, "_canonical_of", dict(registry._canonical_of))
+    compression.register("mine_main", type("Mine", (compression.NoCompression,),
+                                           {"__module__": "__main__", "name": "mine_main"}))
+    overrides = ["compression.name=mine_main", "secagg=none"]
+    with pytest.raises(ConfigError, match=r"codec 'mine_main' is defined in __main__ .* or run with backend=inline"):
+        validate(fl.compose([*overrides, "backend=ray"]))
+    assert validate(fl.compose([*overrides, "backend=inline"])).compression.name == "mine_main"

@@ -78,7 +78,9 @@ if __name__ == "__main__":
             print(f"  also did not finish: {line}", file=sys.stderr)
         sys.exit(130)
     if UNFINISHED:  # a sweep with cells that did not finish: say which, and exit 1 (rerun to resume)
-        print(f"fedsqueeze: {len(UNFINISHED)} cell(s) of the sweep did not finish; rerun the command to retry:",
+        again = any(line.startswith("refused:") for line in UNFINISHED)
+        print(f"fedsqueeze: {len(UNFINISHED)} cell(s) of the sweep did not finish; rerun the command to retry"
+              f"{' (a refused cell is refused again until its configuration changes)' if again else ''}:",
               file=sys.stderr)
         for line in UNFINISHED:
             print(f"  {line}", file=sys.stderr)

@@ -145,7 +145,8 @@ def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exit
         assert "configuration refused: fl.num_clients=2000: 2000 clients cannot each get 1 of 1437 training " \
                "samples" in out
         assert "this cell is refused; the sweep goes on" in out
-    assert "fedsqueeze: 1 cell(s) of the sweep did not finish; rerun the command to retry:" in out
+    assert "fedsqueeze: 1 cell(s) of the sweep did not finish; rerun the command to retry (a refused cell is " \
+           "refused again until its configuration changes):" in out  # it read as if a rerun could help
     (line,) = [line for line in out.splitlines() if line.startswith("  refused: ")]
     assert "fl.num_clients=2000" in line and "fl.num_clients=10" not in line
     (done,) = list(results.glob("*/done.json"))

@@ -207,8 +207,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"compression.ratio must be in (0, 1], got {r}")
     if c.backend not in ("ray", "inline"):
         raise ConfigError(f"backend must be 'ray' or 'inline', got {c.backend!r}")
-    module = compression.get(c.compression.name).__module__
-    if c.backend == "ray" and module == "__main__":  # Ray ships such a class by value: its register() never runs there
+    if c.backend == "ray" and compression.get(c.compression.name).__module__ == "__main__":  # Ray ships such a class
+        # by value: its register() never runs in a worker
         raise ConfigError(f"codec {c.compression.name!r} is defined in __main__ (a notebook or a script), which Ray "
                           "workers do not import, so they would not know it: put it in a file in compression/ "
                           "(docs/adding_a_codec.md), or run with backend=inline")

@@ -265,17 +265,16 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
         raise
     print(f"fedsqueeze: {len(rows)} rounds, final accuracy {rows[-1]['accuracy']:.4f}, "
           f"up {frame['bytes_up'].sum() / 1e6:.2f} MB, down {frame['bytes_down'].sum() / 1e6:.2f} MB -> {log.path}")
-    lost = int(frame["state_lost_bytes"].sum())
-    if lost:  # the run went on, but some clients' error feedback restarted from zero
-        print(f"fedsqueeze: warning: workers died and their clients' state was lost ({lost} bytes of residuals in "
-              f"{int((frame['state_lost_bytes'] > 0).sum())} rounds; the state_lost_bytes column says which)",
-              file=sys.stderr)
     replaced = (timeline or {}).get("workers_replaced")
-    if replaced:  # died, or killed as hung (ray.call_timeout_s): their clients of that round dropped
+    if replaced:  # died, or killed as hung (ray.call_timeout_s); state is lost only where a replaced worker held some
+        lost = int(frame["state_lost_bytes"].sum())
+        state = (f"; their clients' state was lost ({lost} bytes of residuals in "
+                 f"{int((frame['state_lost_bytes'] > 0).sum())} rounds; the state_lost_bytes column says which)"
+                 if lost else "")
         print(f"fedsqueeze: warning: workers died or were killed as hung and were replaced before rounds "
               f"{', '.join(str(r) for r, _ in replaced)} (a death mid-round drops that round's clients of the worker: "
               "`dropped`; their residuals are lost: `state_lost_bytes`), so these rows may not be an undisturbed "
-              "run's, which a rerun into another results.dir gives; done.json lists them as workers_replaced",
+              f"run's, which a rerun into another results.dir gives; done.json lists them as workers_replaced{state}",
               file=sys.stderr)
     aborted = frame["aborted"].astype(bool)
     # every update of the cohort lost or refused (a plain round then applies nothing, and is not aborted)

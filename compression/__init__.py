@@ -7,7 +7,8 @@ and raises `DecodeError` on anything malformed. Codecs are looked up by name in 
 unknown name fails with the list of registered ones.
 
 Codecs: `none` (dense float32), `topk`, `randk`, `ternary`, `qsgd`, `fp16`, `int8`, `countsketch`, `rotation`.
-Also here: `ErrorFeedback` (residual accumulation around any codec), `CountSketch` (a linear sketch
+Also here: `ErrorFeedback` (residual accumulation around any codec), `MemoryFeedback` (a client's
+memory of what the server holds of its update), `CountSketch` (a linear sketch
 whose heavy hitters pick the shared index set when updates are masked) and `SketchAccumulator`
 (server-side error feedback for the count-sketch codec).
 
@@ -21,7 +22,7 @@ import importlib as _importlib
 import pkgutil as _pkgutil
 
 from .base import Codec, DecodeError
-from .error_feedback import ErrorFeedback
+from .error_feedback import ErrorFeedback, MemoryFeedback
 from .none import NoCompression
 from .registry import UnknownProtocolError, canonical, get, names, register
 from .sketch import CountSketch
@@ -59,5 +60,6 @@ __all__ = [
     "topk_positions",
     "topk_count",
     "ErrorFeedback",
+    "MemoryFeedback",
     "CountSketch",
 ]

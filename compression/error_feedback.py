@@ -1,4 +1,5 @@
-"""Error feedback: what a codec drops this round is added back to the next round's update."""
+"""Error feedback: what a codec drops this round is added back to the next round's update; or, as a memory, what
+the server already holds of a client's update is left out of the next one."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import numpy as np
 
 from .base import Codec, check_vector
 
-__all__ = ["ErrorFeedback"]
+__all__ = ["ErrorFeedback", "MemoryFeedback"]
 
 
 class ErrorFeedback:
@@ -52,3 +53,32 @@ class ErrorFeedback:
 
     def __repr__(self) -> str:
         return f"ErrorFeedback({self.codec!r})"
+
+
+class MemoryFeedback:
+    """A client's memory of what the server holds of its update (EF21, Richtarik et al. 2021; with partial
+    participation, as in MIFA, Gu et al. 2021, the server applies the mean of every client's memory each round).
+
+    Per round: payload = codec.encode(update - memory); memory += codec.decode(payload). The server adds the decoded
+    payloads into one sum, which then equals the sum of every client's memory: a client absent this round still
+    counts with what it last sent, and a codec's error is left in (update - memory), sent when it matters.
+    """
+
+    def __init__(self, codec: Codec):
+        self.codec = codec
+
+    def encode(self, update: np.ndarray, memory: np.ndarray | None) -> tuple[bytes, np.ndarray]:
+        """(payload, new float32 memory); ValueError if the update or the new memory is not finite."""
+        difference = check_vector(update)
+        if memory is not None:
+            memory = check_vector(memory)
+            if memory.shape != difference.shape:
+                raise ValueError(f"memory has shape {memory.shape}, update has {difference.shape}")
+            difference = difference - memory
+        payload = self.codec.encode(difference)
+        with np.errstate(over="ignore"):
+            decoded = self.codec.decode(payload, difference.size)
+            new_memory = decoded if memory is None else memory + decoded
+        if not np.isfinite(new_memory).all():
+            raise ValueError("memory feedback: the memory (memory + decoded) overflows float32")
+        return payload, new_memory.astype(np.float32, copy=False)

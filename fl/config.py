@@ -36,6 +36,7 @@ class FLConfig:
     weight_decay: float = 0.0       # local SGD L2 weight decay
     server_lr: float = 1.0          # the server's step on the mean update (1 with no momentum: FedAvg)
     server_momentum: float = 0.0    # FedAvgM: the server's momentum over rounds' mean updates
+    aggregation: str = "cohort"     # cohort: the mean of this round's updates | memory: of every client's latest
     max_update_norm: Optional[float] = None  # clip each client's update to this L2 norm before it is encoded
     eval_every: int = 1
     eval_overlap: bool = True       # evaluate round r in round r+1's training call (fl.evaluation): same figures
@@ -176,6 +177,29 @@ def missing_linear_methods(codec) -> list[str]:
     return [m for m in ("table_size", "masked_table", *back) if not callable(getattr(codec, m, None))]
 
 
+AGGREGATIONS = ("cohort", "memory")
+
+
+def _check_aggregation(c) -> None:
+    """`memory` keeps, on each client and in one sum on the server, what the server holds of the client's update;
+    that sum must equal the clients' memories, so each client must know exactly what the server added."""
+    f = c.fl
+    if f.aggregation not in AGGREGATIONS:
+        raise ConfigError(f"unknown fl.aggregation {f.aggregation!r}; available: {', '.join(AGGREGATIONS)}")
+    if f.aggregation != "memory":
+        return
+    name = c.compression.name
+    if secagg.get(c.secagg.name).masks and c.compression.client and name != "none" and \
+            getattr(compression.get(name), "linear", False):
+        raise ConfigError(f"fl.aggregation=memory cannot run with the linear codec {name!r} under masking: the server "
+                          "decodes the summed table, and no client knows its own share of what was decoded; use "
+                          f"{', '.join(MASKABLE)} (a shared index set) or secagg=none")
+    if c.compression.residual_dtype != "float32":
+        raise ConfigError("fl.aggregation=memory keeps each client's memory in compression.residual_dtype, and the "
+                          "server's sum of memories must equal them: float16 rounding would set them apart; use "
+                          "compression.residual_dtype=float32")
+
+
 def _has_layers(codec: str) -> bool:
     """Whether the codec takes a per-layer layout (compression.per_layer)."""
     return "layout" in inspect.signature(compression.get(codec)).parameters
@@ -293,6 +317,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
         raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
                           f"{f.server_momentum}")
+    _check_aggregation(c)
     bound = f.get("max_update_norm")
     if bound is not None and not 0 < bound < math.inf:
         raise ConfigError(f"fl.max_update_norm must be > 0 and finite (or null: no clipping), got {bound}")
@@ -510,6 +535,8 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     if comp.name == "none" or not comp.client or not masks:
         for key in SHARED_INDEX_KEYS:
             setattr(comp, key, getattr(defaults, key))
+    if c.fl.aggregation == "memory":  # the client's memory replaces its residual: the switch cannot act
+        comp.error_feedback = defaults.error_feedback
     if not feedback:
         comp.residual_dtype = defaults.residual_dtype
     if not masks:

@@ -65,6 +65,7 @@ class Plan:
     quant_bits: int | None = None                # fixed-point bits per client value (secagg.quant_bits; None: unmasked)
     server_lr: float = 1.0                       # the server's step (fl.server.ServerStep)
     server_momentum: float = 0.0
+    memory: bool = False                         # fl.aggregation=memory: clients keep memories, not residuals
 
     @classmethod
     def build(cls, cfg, layer_sizes, layer_shapes=None) -> Plan:
@@ -99,7 +100,8 @@ class Plan:
             client_codec=client_codec,
             broadcast_codec=(_codec(c, seed, layer_sizes) if c.server and c.name != "none"
                              else compression.get("none")()),
-            error_feedback=bool(c.error_feedback and c.client and client_codec.biased and linear is None),
+            error_feedback=bool(c.error_feedback and c.client and client_codec.biased and linear is None
+                                and f.get("aggregation", "cohort") != "memory"),
             residual_dtype=str(c.residual_dtype), masked=masked, linear=linear, k=k, policy_args=policy_args,
             secagg=str(s.name), threshold=s.threshold, neighbours=s.neighbours, dropout=float(s.dropout),
             clip=float(s.clip), sketch_clip=float(s.sketch_clip), max_weight=float(s.max_weight),
@@ -107,7 +109,7 @@ class Plan:
             quant_bits=int(s.quant_bits) if masked else None,
             sketch_bits=c.sketch_quant_bits, linear_bits=getattr(linear, "bits", None),
             linear_clip=getattr(linear, "clip", None), server_lr=float(f.get("server_lr", 1.0)),
-            server_momentum=float(f.get("server_momentum", 0.0)))
+            server_momentum=float(f.get("server_momentum", 0.0)), memory=f.get("aggregation", "cohort") == "memory")
 
     def index_policy(self) -> IndexPolicy | None:
         """A fresh index policy: the server's keeps state across rounds; a worker's only draws sketch hashes."""

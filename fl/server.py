@@ -1,5 +1,6 @@
 """The server role: the global weights, what clients hold (the broadcast and its error feedback), the
-shared index policy and the sketch accumulator, and which broadcast each client and worker last saw."""
+shared index policy and the sketch accumulator, the sum of clients' memories (fl.aggregation=memory), and which
+broadcast each client and worker last saw."""
 from __future__ import annotations
 
 import numpy as np
@@ -65,6 +66,31 @@ class ServerStep:
             weights += np.float32(self.lr) * self.buffer
 
 
+class Memory:
+    """fl.aggregation=memory: the weighted sum of every client's memory (what the server holds of its latest
+    update), built from the differences clients send, and the sum of their weights. Each round the server steps by
+    the mean over every client it has heard from, not only this round's cohort (MIFA, Gu et al. 2021): with 10 of
+    100 clients a round, an absent client's update keeps counting until it sends a newer one."""
+
+    def __init__(self, length: int):
+        self.total = np.zeros(length, np.float64)
+        self.weight = 0.0
+        self.members: set[int] = set()  # plain rounds: the clients the sum holds (masked ones send their weight once)
+
+    def add(self, sums: np.ndarray, weight: float, positions: np.ndarray | None = None) -> None:
+        self.total[slice(None) if positions is None else positions] += sums
+        self.weight += weight
+
+    def mean(self) -> np.ndarray | None:
+        return (self.total / self.weight).astype(np.float32) if self.weight > 0 else None
+
+    def reset(self) -> None:
+        """After clients lost their memories (a worker died): the sum no longer equals theirs, so both restart."""
+        self.total[:] = 0.0
+        self.weight = 0.0
+        self.members.clear()
+
+
 class Delivery:
     """A round's broadcast as each worker needs it: with a catch-up first for a worker that missed one."""
 
@@ -82,6 +108,7 @@ class Server:
         self.plan = plan
         self.weights = weights  # the global model, one flat float32 vector
         self.step = ServerStep(plan.server_lr, plan.server_momentum, plan.length)
+        self.memory = Memory(plan.length) if plan.memory else None
         self.broadcaster = Broadcaster(plan)
         self.policy = plan.index_policy()  # the shared index set under masking; None otherwise
         # a count sketch's table needs the server's error feedback (heavy hitters out, the rest kept); a rotation
@@ -142,6 +169,18 @@ class Server:
             self.step(self.weights, update)
             self._check_finite()
 
+    def apply_plain(self, agg) -> None:
+        """A plain round's summed updates (fl.rounds.plain.PlainAggregator): their mean, or under memory their
+        sum added to the memories' and the memories' mean."""
+        if self.memory is None:
+            return self.apply(agg.result())
+        if not agg.senders:
+            return
+        joined = set(agg.senders) - self.memory.members
+        self.memory.add(agg.total, sum(agg.senders[c] for c in joined))
+        self.memory.members |= joined
+        self.apply(self.memory.mean())
+
     def _check_finite(self) -> None:
         if not np.isfinite(self.weights).all():
             raise Diverged(f"the global model has {int(np.count_nonzero(~np.isfinite(self.weights)))} entries beyond "
@@ -158,7 +197,13 @@ class Server:
         if self.plan.linear is not None:
             self.step(self.weights, self.plan.linear.from_table(cells / weight, self.plan.length))
             return self._check_finite()
-        self.step(self.weights, values, self.positions)
+        if self.memory is not None:  # the summed differences at the index set, and the weight of clients new to it
+            self.memory.add(values, weight, self.positions)
+            update = self.memory.mean()
+            if update is not None:
+                self.step(self.weights, update)
+        else:
+            self.step(self.weights, values, self.positions)
         self._check_finite()
         sketch = self.policy.sketch(r)
         self.policy.observe(r, self.positions, values, None if cells is None else cells.reshape(sketch.rows, sketch.cols))

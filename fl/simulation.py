@@ -25,7 +25,7 @@ from fl.errors import ConfigError, Diverged
 from fl.evaluation import CarriedEvaluation, Evaluator
 from fl.plan import Plan, model_section
 from fl.results import RunLog
-from fl.rounds import masked, plain
+from fl.rounds import client, masked, plain
 from fl.rounds.exchange import Tally
 from fl.runtime import warm
 from fl.runtime.pool import make_pool, pool_size
@@ -111,6 +111,11 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             if row["state_lost_bytes"]:
                 tqdm.write(f"round {r}: worker(s) {revived} died and were replaced: their clients' state "
                            f"({row['state_lost_bytes']} bytes of residuals, as last reported) is lost")
+            if revived and server.memory is not None and server.memory.weight > 0:
+                forget_memories(server, pool, size)
+                timeline.setdefault("memory_resets", []).append(r)
+                tqdm.write(f"round {r}: fl.aggregation=memory: the server's sum of memories held the lost clients' "
+                           "memories, so it and every client's memory start again from none")
             stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0)  # the column is in every row
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
@@ -162,6 +167,13 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     return finish(log, rows, timeline)
 
 
+def forget_memories(server, pool, size: int) -> None:
+    """Reset fl.aggregation=memory after a worker died with its clients' memories: the server's sum held them and
+    cannot take them out (under masking it never saw them apart). A control message of a few bytes, not counted."""
+    server.memory.reset()
+    pool.call(client.forget_memories, {w: () for w in range(size)})
+
+
 def residual_need(cfg, plan: Plan, workers: int) -> tuple[int, int, int]:
     """The bytes of error-feedback residuals the run will hold by its last round: all workers', the largest
     worker's, and how many clients keep one. Known before round 0, as the cohorts are drawn from the seed: each
@@ -169,8 +181,8 @@ def residual_need(cfg, plan: Plan, workers: int) -> tuple[int, int, int]:
     then on, on the worker that owns it (client id modulo the pool size). A masked round's new residuals wait in
     float32, staged beside the old ones, until the round is applied: each worker's most clients in a round hold
     that second copy too. A client that drops out or whose update is refused keeps none that round, so there this
-    is a bound. 0 where no client keeps a residual."""
-    if not plan.error_feedback:
+    is a bound. 0 where no client keeps a residual. A memory (fl.aggregation=memory) is kept as a residual is."""
+    if not (plan.error_feedback or plan.memory):
         return 0, 0, 0
     seed, num_clients, per_round = int(cfg.seed), int(cfg.fl.num_clients), int(cfg.fl.clients_per_round)
     sampled: set[int] = set()
@@ -201,7 +213,8 @@ def announce_residuals(plan: Plan, total: int, largest: int, clients: int, local
     user's to weigh."""
     if not total:
         return
-    tqdm.write(f"fedsqueeze: client state: {clients} clients' {plan.residual_dtype} residuals will reach "
+    kept = "memories" if plan.memory else "residuals"
+    tqdm.write(f"fedsqueeze: client state: {clients} clients' {plan.residual_dtype} {kept} will reach "
                f"{total / 1e6:,.1f} MB by the last round (the largest worker's {largest / 1e6:,.1f} MB)")
     free = available_memory() if local else None
     if free is not None and total > free:

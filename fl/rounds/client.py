@@ -1,5 +1,6 @@
 """What every client does in both kinds of round: take the broadcast into the model it trains from, and
-add its error-feedback residual to its update. The state lives on the worker that owns the client."""
+add its error-feedback residual to its update (or, under fl.aggregation=memory, take its memory from it). The state
+lives on the worker that owns the client."""
 from __future__ import annotations
 
 import math
@@ -77,13 +78,15 @@ def timed_train(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]
 
 
 def corrected_update(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
-    """Train the client; its update plus its error-feedback residual, and its sample count."""
+    """Train the client; what it encodes (its update plus its error-feedback residual, or its update less its
+    memory under fl.aggregation=memory), and its sample count."""
+    plan = worker.plan
     update, n = timed_train(worker, cid, round, t)
-    residual = worker.residuals.get(cid) if worker.plan.error_feedback else None
-    if residual is None:
+    held = worker.residuals.get(cid) if plan.error_feedback or plan.memory else None
+    if held is None:
         return update, n
     t0 = time.perf_counter()
-    corrected = update + residual.astype(np.float32)
+    corrected = update - held if plan.memory else update + held.astype(np.float32)
     t["t_encode"] = t.get("t_encode", 0.0) + time.perf_counter() - t0  # error feedback is encoding, as in plain rounds
     return corrected, n
 
@@ -96,3 +99,11 @@ def keep_residual(worker, cid: int, residual: np.ndarray) -> None:
         top = float(np.finfo(np.float16).max)
         residual = np.clip(residual, -top, top)
     worker.residuals[cid] = residual.astype(dtype, copy=False)
+
+
+def forget_memories(worker, t: dict):
+    """Client step under fl.aggregation=memory, after a worker died with its clients' memories: the server's sum
+    no longer equals what clients hold, so it is reset and every client starts again from no memory."""
+    worker.residuals.clear()
+    worker.staged, worker.held = {}, {}
+    return iter(())

@@ -61,13 +61,17 @@ class MaskedLayout:
             raise ValueError(f"masked vector of {len(vector)} elements, the layout has {self.length}")
         return vector
 
-    def unpack(self, total: np.ndarray) -> tuple[np.ndarray | None, float, np.ndarray | None]:
-        """(mean values at the index set, summed weight, summed table cells or None) of a field sum."""
+    def unpack(self, total: np.ndarray, mean: bool = True) -> tuple[np.ndarray | None, float, np.ndarray | None]:
+        """(mean values at the index set, summed weight, summed table cells or None) of a field sum; `mean=False`:
+        the summed weighted values themselves (fl.aggregation=memory adds them to its sum)."""
         if len(total) != self.length:
             raise ValueError(f"masked sum of {len(total)} elements, the layout has {self.length}")
         k, d = self.k, self.digits
         sums = self.q_digit.lift(total[k:k + d])  # each digit's sum, exact
         weight = float(sum(int(s) << (self.digit_bits * j) for j, s in enumerate(sums))) / self.weight_scale
-        values = (self.q_values.dequantize(total[:k]) / weight).astype(np.float32) if weight > 0 else None
+        if not mean:
+            values = self.q_values.dequantize(total[:k])
+        else:
+            values = (self.q_values.dequantize(total[:k]) / weight).astype(np.float32) if weight > 0 else None
         cells = self.q_table.dequantize(total[k + d:]).astype(np.float32) if self.cells else None
         return values, weight, cells

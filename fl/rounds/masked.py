@@ -143,7 +143,7 @@ def masked_input(worker, broadcast: bytes, round: int, bundles: dict[int, bytes]
         w = min(n / worker.mean_samples, plan.max_weight)
         # the quantizer refuses NaN/Inf in what it is given: a weighted value or sketch cell may overflow
         yield _send(worker, 0, cid, bundles[cid], layout.bits, t,
-                    lambda: _masked_vector(plan, layout, corrected, w, idx, sketch, rng, worker.staged, cid))
+                    lambda: _masked_vector(plan, layout, corrected, w, idx, sketch, rng, worker, cid))
     t.update(worker.stats())
 
 
@@ -208,15 +208,18 @@ def masked_values(worker, index_set: bytes, session: bytes, round: int, bundles:
         corrected, w = worker.held.pop(cid)
         rng = np.random.default_rng(client_seed(plan.training.seed, round, cid) ^ 0x5EC)
         yield _send(worker, 1, cid, bundles[cid], layout.bits, t,
-                    lambda: _masked_vector(plan, layout, corrected, w, idx, None, rng, worker.staged, cid))
+                    lambda: _masked_vector(plan, layout, corrected, w, idx, None, rng, worker, cid))
 
 
-def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, idx, sketch, rng, staged: dict,
+def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, idx, sketch, rng, worker,
                    cid: int) -> np.ndarray:
-    """The client's vector in the layout; its new residual is staged (kept once the round is applied)."""
+    """The client's vector in the layout; its new residual (or memory) is staged (kept once the round is applied).
+    Under fl.aggregation=memory the weight slot carries the client's weight only while it has no memory: the server's
+    summed weight is then that of every client its sum of memories holds."""
     if not np.isfinite(corrected).all():
         raise ValueError("update is not finite")
-    q_weight = layout.weight(w, rng)
+    memory = worker.residuals.get(cid) if plan.memory else None
+    q_weight = layout.weight(0.0 if memory is not None else w, rng)
     if plan.linear is not None:  # a linear codec: the weighted update's table is the message
         return layout.join(None, q_weight, layout.table(plan.linear.masked_table(corrected * w), rng))
     q_values, sent = layout.values(corrected[idx] * w, rng)  # float32: an overflow to inf is refused
@@ -226,7 +229,11 @@ def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, 
         residual[idx] -= sent / w  # clipping and rounding error stay in the residual
     q_sketch = layout.table(sketch.sketch(residual), rng) if sketch is not None else None
     if plan.error_feedback:
-        staged[cid] = residual
+        worker.staged[cid] = residual
+    elif plan.memory:
+        remembered = np.zeros_like(corrected) if memory is None else memory.copy()
+        remembered[idx] += sent / w
+        worker.staged[cid] = remembered
     return layout.join(q_values, q_weight, q_sketch)
 
 
@@ -244,8 +251,9 @@ def unmask(worker, request: bytes, clients: list[int], exchange: int, t: dict):
 class MaskedAggregator:
     """The mask protocol's server state machine (bytes in, bytes out) and the layout's dequantization."""
 
-    def __init__(self, plan, session: bytes, cohort: list[int], layout: MaskedLayout):
+    def __init__(self, plan, session: bytes, cohort: list[int], layout: MaskedLayout, sums: bool = False):
         self.layout, self.length, self.peers, self.session = layout, layout.length, len(cohort), session
+        self.sums = sums  # fl.aggregation=memory: the summed values, and a weight that may be 0
         self.config = plan.round_config(session, cohort, self.length)
         self.state = secagg.get(plan.secagg).Server(self.config)
 
@@ -273,10 +281,11 @@ class MaskedAggregator:
         self.state.receive_unmask(_from(wire.decode_unmask_response(message, self.peers), sender))
 
     def result(self) -> tuple[np.ndarray, float, np.ndarray | None]:
-        """(mean update at the index set, summed weight, summed sketch or None); raises RoundAborted."""
+        """(mean update at the index set, or its sum with `sums`; summed weight; summed sketch or None); raises
+        RoundAborted."""
         self.total = self.state.result()  # the field sum: all the server ever sees
-        values, weight, cells = self.layout.unpack(self.total)
-        if not weight > 0:
+        values, weight, cells = self.layout.unpack(self.total, mean=not self.sums)
+        if not self.sums and not weight > 0:
             raise secagg.RoundAborted(f"summed FedAvg weight {weight} is not positive")
         return values, weight, cells
 
@@ -463,7 +472,7 @@ def _aggregator(plan, chash: str, r: int, cohort: list[int], run_id: str, name: 
     nonce = hashlib.sha256(f"{run_id}:{r}{':' + name if name else ''}".encode()).digest()[:16]
     session = secagg.session_id(chash, r, cohort, protocol=plan.secagg, length=layout.length,
                                 threshold=plan.threshold, degree=plan.neighbours, nonce=nonce, bits=layout.bits)
-    return MaskedAggregator(plan, session, cohort, layout)
+    return MaskedAggregator(plan, session, cohort, layout, sums=plan.memory and name != "sketch")
 
 
 def _unmask(steps, tally: Tally, agg: MaskedAggregator, exchange: int, name: str,

@@ -34,7 +34,7 @@ def encode_updates(worker, trained: list[tuple[int, np.ndarray, int]], round: in
     for cid, update, n in trained:
         t1 = time.perf_counter()
         try:
-            if plan.error_feedback:
+            if plan.error_feedback or plan.memory:
                 payload, residual = worker.feedback.encode(update, worker.residuals.get(cid))
                 keep_residual(worker, cid, residual)
             else:
@@ -59,7 +59,7 @@ class PlainAggregator:
         self.scratch = np.empty(length, np.float64)  # reused: no 8n-byte allocation per message
         self.weight = 0.0
         self.rejected = 0
-        self.senders: set[int] = set()
+        self.senders: dict[int, float] = {}  # client -> its weight
 
     def add(self, message: bytes, client_id: int) -> None:
         if client_id in self.senders:
@@ -71,7 +71,7 @@ class PlainAggregator:
         except ValueError:  # includes compression.DecodeError: a non-finite or malformed payload is never summed
             self.rejected += 1
             raise
-        self.senders.add(client_id)
+        self.senders[client_id] = float(msg.weight)
         np.multiply(update, np.float64(msg.weight), out=self.scratch)  # in float64: weight * float64(update)
         self.total += self.scratch
         self.weight += msg.weight
@@ -114,7 +114,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
         except ValueError as err:
             tally.row["rejected"] += 1
             tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
-    tally.timed("t_aggregate", lambda: server.apply(agg.result()))  # the mean and its step: the server's side too
+    tally.timed("t_aggregate", server.apply_plain, agg)  # the mean and its step: the server's side too
 
 
 def _vanish(plan, r: int, by_worker: dict[int, list[int]], tally: Tally) -> dict[int, list[int]]:

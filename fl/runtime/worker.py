@@ -76,12 +76,12 @@ class Worker:
         self.reference = np.zeros(p.length, np.float32)
         self.synced_round = -1
         self.index_set: np.ndarray | None = None
-        self.residuals: dict[int, np.ndarray] = {}
+        self.residuals: dict[int, np.ndarray] = {}  # error-feedback residuals, or memories (fl.aggregation=memory)
         self.pending: list[dict[int, secagg.Client]] = []  # per masked exchange of the round
         self.held: dict[int, tuple[np.ndarray, float]] = {}  # `fresh`: updates between its two exchanges
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
         self.staged_round = -1
-        self.feedback = compression.ErrorFeedback(p.client_codec)
+        self.feedback = (compression.MemoryFeedback if p.memory else compression.ErrorFeedback)(p.client_codec)
         self.policy = p.index_policy()  # public: a worker needs only its sketch hashes
         self.linear_cells = p.linear.table_size(p.length) if p.linear is not None else 0
         global _frozen

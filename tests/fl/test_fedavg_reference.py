@@ -36,7 +36,10 @@ def _topk(v, ratio):
     return out
 
 
-def _reference(cfg, ratio):
+def _reference(cfg, ratio, memory=False):
+    """`memory`: fl.aggregation=memory, EF21 with MIFA's server as written in the docs: each client sends the top-k
+    of (update - its memory) and adds it to its memory; the server keeps the sum of every client's weighted memory
+    and steps by its mean over every client it has heard from."""
     s, seed = SETTING, int(cfg.seed)
     data = load_dataset(cfg.dataset, seed)
     parts = client_partitions(cfg, data.y_train)
@@ -55,6 +58,7 @@ def _reference(cfg, ratio):
                 at += p.numel()
 
     weights, held, buffer, residuals = get(), None, None, {}
+    memory_sum, memory_weight = np.zeros(weights.size, np.float64), 0.0
     x, y = torch.from_numpy(data.x_train), torch.from_numpy(data.y_train)
     losses = []
     for r in range(s["rounds"]):
@@ -76,12 +80,18 @@ def _reference(cfg, ratio):
             norm = math.sqrt(float(np.sum(update.astype(np.float64) ** 2)))
             if norm > s["max_update_norm"]:  # clipped before error feedback; what is cut off is dropped
                 update = update * np.float32(s["max_update_norm"] / norm)
+            if memory:
+                sent = _topk(update - residuals.get(cid, 0), ratio)
+                memory_weight += len(yc) if cid not in residuals else 0
+                residuals[cid] = residuals.get(cid, 0) + sent
+                memory_sum += sent.astype(np.float64) * len(yc)
+                continue
             corrected = update + residuals.get(cid, 0)
             sent = _topk(corrected, ratio)
             residuals[cid] = corrected - sent
             total += sent.astype(np.float64) * len(yc)
             weight += len(yc)
-        mean = (total / weight).astype(np.float32)
+        mean = (memory_sum / memory_weight if memory else total / weight).astype(np.float32)
         buffer = mean if buffer is None else np.float32(s["server_momentum"]) * buffer + mean
         weights = weights + np.float32(s["server_lr"]) * buffer
         put(weights)
@@ -91,21 +101,23 @@ def _reference(cfg, ratio):
     return weights, losses
 
 
-@pytest.mark.parametrize("partition", ["iid", "dirichlet"])
+@pytest.mark.parametrize("partition,aggregation", [("iid", "cohort"), ("dirichlet", "cohort"),
+                                                   ("dirichlet", "memory")])
 def test_the_loop_is_fedavg_weighted_by_samples_with_error_feedback_fedavgm_and_clipping(tmp_path, monkeypatch,
-                                                                                        partition):
+                                                                                        partition, aggregation):
     servers = []
     init = fl.server.Server.__init__
     monkeypatch.setattr(fl.server.Server, "__init__", lambda self, *a: (init(self, *a), servers.append(self))[0])
     ratio = 0.1
     cfg = validate(fl.build_config(mask_protocol=None, compression_protocol="topk", compress_ratio=ratio,
                                    server_with_compression=True, backend="inline", model="mlp_small", seed=3,
-                                   dataset={"partition": partition}, results={"dir": str(tmp_path)}, **SETTING))
+                                   dataset={"partition": partition}, results={"dir": str(tmp_path)},
+                                   **SETTING, aggregation=aggregation))
     rows = run(cfg)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the workers run
     try:
-        weights, losses = _reference(cfg, ratio)
+        weights, losses = _reference(cfg, ratio, memory=cfg.fl.aggregation == "memory")
     finally:
         torch.set_num_threads(threads)
     np.testing.assert_allclose(servers[0].weights, weights, rtol=0, atol=1e-6)

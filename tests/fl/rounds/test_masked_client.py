@@ -1,5 +1,7 @@
 """The masked round's client half on one worker: residuals staged in a masked round are kept only if that
 round was applied, and a worker's first step of each round settles its last round's residuals."""
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 import secagg
@@ -71,8 +73,10 @@ def test_the_staged_residual_is_the_corrected_update_less_what_was_sent_for_it()
     rng = np.random.default_rng(0)
     corrected = rng.normal(0, 0.1, plan.length).astype(np.float32)
     idx = np.sort(rng.choice(plan.length, plan.k, replace=False))
-    layout, staged, w = MaskedLayout(plan, plan.k, 0), {}, 2.5
-    vector = masked._masked_vector(plan, layout, corrected, w, idx, None, rng, staged, 0)
+    layout, w = MaskedLayout(plan, plan.k, 0), 2.5
+    holder = SimpleNamespace(staged={}, residuals={})
+    staged = holder.staged
+    vector = masked._masked_vector(plan, layout, corrected, w, idx, None, rng, holder, 0)
     sent = layout.q_values.dequantize(vector[:plan.k])  # the weighted values the server sums for this client
     assert np.abs(sent / w - corrected[idx]).max() > 1e-3  # 6-bit values: the rounding error is not negligible
     np.testing.assert_allclose(staged[0][idx] + sent / w, corrected[idx], atol=1e-6)

@@ -489,9 +489,9 @@ def test_the_sketch_bytes_are_the_tables_of_the_clients_whose_masked_input_was_s
     tables = set()
     init = MaskedAggregator.__init__
 
-    def recording(self, plan, session, cohort, layout):
+    def recording(self, plan, session, cohort, layout, **kw):
         tables.add((layout.cells, layout.bits))
-        init(self, plan, session, cohort, layout)
+        init(self, plan, session, cohort, layout, **kw)
 
     monkeypatch.setattr(MaskedAggregator, "__init__", recording)
     rows = _masked_run(tmp_path, "compression.index_policy=sketch", "secagg.dropout=0.05", "fl.rounds=4")

@@ -1,0 +1,139 @@
+"""fl.aggregation=memory: the server's one sum equals every client's weighted memory, in plain and masked rounds,
+with partial participation, dropouts at each step, refused updates and a worker's death; bad settings are refused.
+(Its arithmetic against an independent loop: tests/fl/test_fedavg_reference.py.)"""
+import json
+
+import numpy as np
+import pytest
+
+import fl
+import fl.seeds
+import fl.server
+from fl.config import validate
+from fl.errors import ConfigError
+from fl.runtime.pool import InlinePool
+from fl.runtime.worker import Worker
+
+BASE = ["backend=inline", "model=mlp_small", "fl.aggregation=memory", "fl.num_clients=30", "fl.clients_per_round=8",
+        "fl.rounds=6", "compression.ratio=0.1", "ray.num_workers=2"]
+
+
+@pytest.fixture
+def captured(monkeypatch):
+    """The run's server and workers, kept after it ends."""
+    got = {"servers": [], "workers": []}
+    init, attach = fl.server.Server.__init__, Worker.attach
+    monkeypatch.setattr(fl.server.Server, "__init__", lambda self, *a: (init(self, *a), got["servers"].append(self))[0])
+    monkeypatch.setattr(Worker, "attach", lambda self, *a: (got["workers"].append(self), attach(self, *a))[1])
+    return got
+
+
+def _memories(server, workers) -> dict:
+    """Every client's memory as the server's sum holds it: a masked round's staged memories count once that round
+    was applied with the client's values in its sum (they are kept at the worker's next masked round)."""
+    held = {}
+    for worker in workers:
+        held.update(worker.residuals)
+        if worker.plan.masked and worker.staged_round not in server.aborted_rounds:
+            refused = set(server.unsummed.get(worker.staged_round, ()))
+            held.update({c: m for c, m in worker.staged.items() if c not in refused})
+    return held
+
+
+def _weight(worker, cid: int) -> float:
+    n = len(worker.parts[cid])
+    return min(n / worker.mean_samples, worker.plan.max_weight) if worker.plan.masked else float(n)
+
+
+def _check_sum(server, workers) -> dict:
+    """The server's sum is the weighted sum of the clients' memories, and its weight is theirs."""
+    held = _memories(server, workers)
+    owner = {c: w for w in workers for c in range(w.plan.partitions["num_clients"]) if c % len(workers) == w.worker_id}
+    expected = sum((np.float64(_weight(owner[c], c)) * m.astype(np.float64) for c, m in held.items()),
+                   np.zeros(server.plan.length))
+    scale = np.abs(expected).max()
+    assert scale > 0 and np.abs(server.memory.total - expected).max() <= 1e-5 * scale
+    weight = sum(_weight(owner[c], c) for c in held)
+    step = server.plan.max_weight / (2**15 - 1) if server.plan.masked else 0.0  # a masked weight's rounding
+    assert server.memory.weight == pytest.approx(weight, abs=len(held) * step + 1e-9)
+    return held
+
+
+@pytest.mark.parametrize("setting", [
+    ["secagg=none"],  # per-client top-k
+    ["secagg=none", "compression=none"],  # dense: MIFA
+    ["secagg=dh", "secagg.dropout=0.1"],  # fresh: two exchanges
+    ["secagg=dh", "secagg.dropout=0.1", "compression.index_policy=sketch"],
+    ["secagg=secaggplus", "compression=none"],
+], ids=["plain-topk", "plain-dense", "dh-fresh-dropout", "dh-sketch-dropout", "secaggplus-dense"])
+def test_the_servers_sum_is_every_clients_weighted_memory(tmp_path, captured, setting):
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, *setting]))
+    server, workers = captured["servers"][0], captured["workers"]
+    held = _check_sum(server, workers)
+    assert 5 < len(held) < 30  # partial participation: some clients sampled, not all
+    if "secagg.dropout=0.1" in setting:
+        assert rows["dropped"].sum() > 0 and (~rows["aborted"]).sum() >= 3
+
+
+def test_a_client_that_refuses_its_update_keeps_its_memory_and_the_sum_leaves_it_out(tmp_path, captured, monkeypatch):
+    train = Worker.train
+
+    def poisoned(self, cid, round):
+        update, n = train(self, cid, round)
+        return (update * np.float32(np.nan) if round >= 2 else update), n
+
+    monkeypatch.setattr(Worker, "train", lambda self, cid, r: poisoned(self, cid, r) if cid % 3 == 0 else train(self, cid, r))
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh"]))
+    assert rows["rejected"].iloc[2:].sum() > 0
+    _check_sum(captured["servers"][0], captured["workers"])
+
+
+def test_a_masked_round_of_returning_clients_sums_no_weight_and_is_still_applied(tmp_path, captured):
+    """Every client of the cohort already has a memory: the weight slot sums to 0 and the round is not aborted."""
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh", "fl.num_clients=8"]))
+    assert not rows["aborted"].any()
+    server = captured["servers"][0]
+    _check_sum(server, captured["workers"])
+    assert server.memory.weight == pytest.approx(8.0, abs=8 * server.plan.max_weight / (2**15 - 1))
+
+
+@pytest.mark.parametrize("secagg", ["none", "dh"])
+def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(tmp_path, captured, monkeypatch,
+                                                                                 secagg):
+    """The dead worker's clients lost their memories, which the server's sum holds and cannot take out: both
+    restart, and the run says so."""
+    calls = []
+
+    def revive(self):
+        calls.append(1)
+        if len(calls) != 4:
+            return []
+        self.workers[1].residuals.clear()  # what a fresh worker holds
+        self.workers[1].staged = {}
+        return [1]
+
+    monkeypatch.setattr(InlinePool, "revive", revive)
+    fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, f"secagg={secagg}"]))
+    server, workers = captured["servers"][0], captured["workers"]
+    held = _check_sum(server, workers)
+    since = set()
+    for r in range(3, 6):
+        since |= set(fl.seeds.cohort(0, r, 30, 8))
+    assert set(held) <= since  # nothing from before the reset
+    done = json.loads(next(tmp_path.glob("*/done.json")).read_text())
+    assert done["memory_resets"] == [3]
+
+
+@pytest.mark.parametrize("overrides,says", [
+    (["fl.aggregation=mean"], "unknown fl.aggregation 'mean'; available: cohort, memory"),
+    (["compression=rotation"], "linear codec 'rotation'"),
+    (["compression=countsketch", "compression.ratio=0.1"], "linear codec 'countsketch'"),
+    (["compression.residual_dtype=float16"], "compression.residual_dtype=float32"),
+])
+def test_settings_memory_cannot_keep_exact_are_refused(overrides, says):
+    with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
+        validate(fl.compose(["fl.aggregation=memory", "secagg=dh", *overrides]))
+
+
+def test_memory_under_an_unmasked_linear_codec_is_allowed_as_each_client_decodes_its_own_message():
+    validate(fl.compose(["fl.aggregation=memory", "secagg=none", "compression=countsketch", "compression.ratio=0.1"]))

@@ -535,7 +535,7 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     if comp.name == "none" or not comp.client or not masks:
         for key in SHARED_INDEX_KEYS:
             setattr(comp, key, getattr(defaults, key))
-    if c.fl.aggregation == "memory":  # the client's memory replaces its residual: the switch cannot act
+    if c.fl.aggregation == "memory" and comp.name != "none":  # a memory replaces the residual: the switch cannot act
         comp.error_feedback = defaults.error_feedback
     if not feedback:
         comp.residual_dtype = defaults.residual_dtype

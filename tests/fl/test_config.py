@@ -305,6 +305,18 @@ def test_error_feedback_where_no_client_keeps_a_residual_has_one_spelling(settin
 
 
 @pytest.mark.parametrize("setting", [["compression=topk", "secagg=none"], ["compression=topk", "secagg=dh"],
+                                     ["compression=none", "secagg=none"]])
+def test_error_feedback_under_memory_aggregation_has_one_spelling(setting):
+    """fl.aggregation=memory: each client keeps a memory instead of a residual, so the switch cannot act; without
+    compression it reads as a dense cohort run spells it."""
+    on, off = (validate(fl.compose(setting + ["fl.aggregation=memory", f"compression.error_feedback={v}"]))
+               for v in ("true", "false"))
+    assert on == off and config_hash(as_dict(on)) == config_hash(as_dict(off))
+    cohort = validate(fl.compose(setting))
+    assert on.compression.error_feedback == cohort.compression.error_feedback
+
+
+@pytest.mark.parametrize("setting", [["compression=topk", "secagg=none"], ["compression=topk", "secagg=dh"],
                                      ["compression=int8", "secagg=none"]])
 def test_error_feedback_where_clients_keep_residuals_is_a_setting(setting):
     on, off = (validate(fl.compose(setting + [f"compression.error_feedback={v}"])) for v in ("true", "false"))

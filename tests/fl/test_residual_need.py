@@ -34,16 +34,20 @@ def need(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16"])
-def test_the_estimate_is_the_state_the_run_reports_at_its_last_round(tmp_path, need, dtype, capsys):
-    """20 clients, 4 a round for 4 rounds: the clients sampled at least once keep a residual each, on worker cid % 2."""
-    rows = run(tmp_path, f"compression.residual_dtype={dtype}")
+@pytest.mark.parametrize("dtype,extra", [("float32", ()), ("float16", ()),
+                                         ("float32", ("fl.aggregation=memory", "compression=none"))],
+                         ids=["float32", "float16", "memory-dense"])
+def test_the_estimate_is_the_state_the_run_reports_at_its_last_round(tmp_path, need, dtype, extra, capsys):
+    """20 clients, 4 a round for 4 rounds: the clients sampled at least once keep a residual each, on worker cid % 2
+    (under fl.aggregation=memory a memory, also without compression)."""
+    rows = run(tmp_path, f"compression.residual_dtype={dtype}", *extra)
     (total, largest, clients), = need["need"]
     each = rows["n_params"].iloc[0] * (4 if dtype == "float32" else 2)
     assert total == rows["state_bytes"].iloc[-1] and total % each == 0 and 4 * each < total < 16 * each
     assert largest == max(need["held"].values()) and set(need["held"]) == {0, 1}
     out = capsys.readouterr()
-    assert clients == total // each and f"{clients} clients' {dtype} residuals will reach {total / 1e6:,.1f} MB" in out.out
+    kept = "memories" if extra else "residuals"
+    assert clients == total // each and f"{clients} clients' {dtype} {kept} will reach {total / 1e6:,.1f} MB" in out.out
     assert "warning" not in out.err
 
 
@@ -91,7 +95,7 @@ def test_a_run_on_other_machines_is_not_held_to_this_ones_memory(monkeypatch, ca
     from types import SimpleNamespace
 
     monkeypatch.setattr(sim, "available_memory", lambda: 1)
-    plan = SimpleNamespace(length=1000, residual_dtype="float32")
+    plan = SimpleNamespace(length=1000, residual_dtype="float32", memory=False)
     sim.announce_residuals(plan, 8000, 4000, 2, local=False)
     out = capsys.readouterr()
     assert "2 clients' float32 residuals will reach 0.0 MB" in out.out and out.err == ""

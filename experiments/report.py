@@ -206,6 +206,7 @@ def _plain(value: str) -> str:
 
 
 BROADCAST_ONLY = ", compressed broadcast"
+MEMORY = ", memory"  # fl.aggregation=memory: clients keep memories (the EF column says so), the server their sum
 
 
 def _name_policy(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
@@ -214,7 +215,8 @@ def _name_policy(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
     codec compressed only the broadcast (clients sent every entry, the server kept the error) says so beside its
     recorded `dense` or `all`, never read as the dense baseline's uploads under another codec's name; a `fresh` run
     whose first exchange's summary had bits of its own (compression.sketch_quant_bits, not the values'
-    secagg.quant_bits) says so, so that it is never pooled with, nor read as, the same policy at the default."""
+    secagg.quant_bits) says so, so that it is never pooled with, nor read as, the same policy at the default; and a
+    run under fl.aggregation=memory says so last."""
     if "index_policy" not in frame:
         return frame
     frame.loc[frame["index_policy"].astype(str) == "fresh", "index_policy"] = "fresh(sketch)"
@@ -226,11 +228,16 @@ def _name_policy(frame: pd.DataFrame, config: Path) -> pd.DataFrame:
         return frame
     cfg = _config(config)
     bits = cfg.get("compression", {}).get("sketch_quant_bits")
-    if bits is None or bits == cfg.get("secagg", {}).get("quant_bits"):
-        return frame
-    fresh = frame["index_policy"].astype(str).str.startswith("fresh")
-    frame.loc[fresh, "index_policy"] = frame.loc[fresh, "index_policy"].astype(str) + f", summary {bits} bits"
+    if bits is not None and bits != cfg.get("secagg", {}).get("quant_bits"):
+        fresh = frame["index_policy"].astype(str).str.startswith("fresh")
+        frame.loc[fresh, "index_policy"] = frame.loc[fresh, "index_policy"].astype(str) + f", summary {bits} bits"
+    if cfg.get("fl", {}).get("aggregation") == "memory":
+        frame["index_policy"] = frame["index_policy"].astype(str) + MEMORY
     return frame
+
+
+def _memory(policy: pd.Series) -> pd.Series:
+    return policy.astype(str).str.endswith(MEMORY)
 
 
 def code_versions(rows: pd.DataFrame) -> str:
@@ -390,6 +397,11 @@ BROADCAST_NOTE = ("EF: the clients' residuals; `server` on a line whose position
                   "not send. ")
 
 
+MEMORY_NOTE = ("EF `memory` (positions `..., memory`): fl.aggregation=memory, each client kept a memory of what the "
+               "server held of its update and sent the codec of the difference; the server stepped by the mean of "
+               "every client's memory it held, not of the round's cohort. ")
+
+
 def _broadcast_only(policies: pd.Series) -> pd.Series:
     """Lines whose codec compressed only the broadcast (as `_name_policy` names them): the server kept the error."""
     return policies.astype(str).str.endswith(BROADCAST_ONLY)
@@ -436,6 +448,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              "shards). Field bits: the masked field's width (blank: not masked); "
              "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "")
              + (LOST_NOTE if _has_lost(t) else "") + (BROADCAST_NOTE if _has_broadcast_only(t) else "")
+             + (MEMORY_NOTE if _memory(t["index_policy"]).any() else "")
              + "Bytes: per client per round, counted from the serialized "
              "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
              "data and model. Seconds: per round (client-side stages summed over the cohort; decode s: a masked "
@@ -506,7 +519,10 @@ def _environments_compared(t: pd.DataFrame) -> str:
 
 
 def _ef(line) -> str:
-    """Who kept the error: the clients (`on`), the server (a codec on the broadcast only) or nobody."""
+    """Who kept the error: the clients (`on`; `memory`: what the server holds of their updates), the server (a codec
+    on the broadcast only) or nobody."""
+    if str(line.index_policy).endswith(MEMORY):
+        return "memory"
     return "on" if line.error_feedback else "server" if str(line.index_policy).endswith(BROADCAST_ONLY) else "off"
 
 
@@ -530,8 +546,8 @@ def setting_names(frame: pd.DataFrame, ratio: bool = True) -> pd.Series:
                            + bits + ")", "")
     broadcast = _broadcast_only(frame["index_policy"])
     name = name + np.where(~masked & broadcast, " on the broadcast only", "")
-    name = name + np.where(frame["error_feedback"].astype(bool) | (frame["compression"] == "none") | broadcast, "",
-                           " no EF")
+    kept = frame["error_feedback"].astype(bool) | _memory(frame["index_policy"])
+    name = name + np.where(kept | (frame["compression"] == "none") | broadcast, "", " no EF")
     return name + np.where(frame["other"] != "", ", " + frame["other"], "")
 
 
@@ -552,8 +568,8 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     the same results share one line. The x ticks are the ratios run."""
     if "field_bits" not in runs:
         runs = runs.assign(field_bits=np.nan)
-    base = runs[(runs["compression"] == "none") |
-                ((runs["compression"] == "topk") & runs["error_feedback"].astype(bool))]
+    base = runs[(runs["compression"] == "none") | ((runs["compression"] == "topk") &
+                                                   (runs["error_feedback"].astype(bool) | _memory(runs["index_policy"])))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
     lengths = base["rounds"].nunique() > 1
     base = base.assign(other=base["other"].fillna("") if "other" in base else "")

@@ -690,6 +690,28 @@ def test_a_codec_on_the_broadcast_only_is_named_so_with_the_server_keeping_its_e
                                                "topk 0.02 on the broadcast only"]
 
 
+def test_a_run_under_memory_aggregation_is_named_so_and_its_ef_column_says_memory(tmp_path):
+    """Its clients keep memories, not residuals (error_feedback false in its rows): read as `off` and `no EF`, the
+    line looked like top-k with nothing kept, and the ratio plot left it out."""
+    def run(name, aggregation):
+        rows = [dict(r, run_id=name, error_feedback=aggregation == "cohort", secagg="none", index_policy="per-client",
+                     field_bits=np.nan) for r in _rows(name, 0, 20, 0.7)]
+        config = _config()
+        config["fl"]["aggregation"] = aggregation
+        _write_run(tmp_path, name, rows, config)
+
+    run("a", "cohort")
+    run("b", "memory")
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6))
+    assert sorted(t["index_policy"]) == ["per-client", "per-client, memory"]
+    md = report.markdown(t, [], 0.6, "cmd")
+    assert "| topk | 0.02 | memory | none | per-client, memory |" in md and "EF `memory`" in md
+    assert "| topk | 0.02 | on | none | per-client |" in md
+    assert not any(name.endswith("no EF") or "no EF," in name for name in report.setting_names(t))
+    assert "EF `memory`" not in report.markdown(t[t["index_policy"] == "per-client"], [], 0.6, "cmd")
+
+
 def test_a_stage_is_averaged_over_every_round_of_its_run_a_round_that_had_none_of_it_counting_0_s():
     """Rounds where every client was lost (or a masked round aborted before a stage) leave the stage blank: its seconds
     per round are over all the run's rounds, as t_round's are, not over the rounds that had it; a stage the run never

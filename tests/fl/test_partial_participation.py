@@ -83,7 +83,10 @@ def test_a_compressed_broadcast_adds_one_catch_up_for_each_client_that_missed_on
     assert rows["catchups"].iloc[1:].sum() > 0 and charged_apart > 0
 
 
-@pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "secagg.dropout=0.12")])
+@pytest.mark.parametrize("secagg", [("secagg=none",), ("secagg=dh", "secagg.dropout=0.12"),
+                                    ("secagg=none", "fl.aggregation=memory"),
+                                    ("secagg=dh", "secagg.dropout=0.12", "fl.aggregation=memory")],
+                         ids=["plain", "masked", "plain-memory", "masked-memory"])
 def test_results_do_not_depend_on_the_number_of_workers_with_partial_participation(tmp_path, secagg):
     """With a compressed broadcast a worker idle in a round must still catch up on the model it missed."""
     settings = ("compression=topk", "compression.ratio=0.1", "fl.num_clients=20", "fl.clients_per_round=10",
@@ -93,7 +96,7 @@ def test_results_do_not_depend_on_the_number_of_workers_with_partial_participati
     for other in runs[1:]:
         for column in ("accuracy", "loss", "bytes_up", "bytes_down", "catchups", "dropped", "aborted"):
             np.testing.assert_array_equal(runs[0][column], other[column])
-        if secagg == ("secagg=none",):  # every worker's residuals, called this round or not (a masked round's
+        if secagg[0] == "secagg=none":  # every worker's residuals, called this round or not (a masked round's
             # new residuals wait, staged, until their worker is next called)
             np.testing.assert_array_equal(runs[0]["state_bytes"], other["state_bytes"])
     if "secagg.dropout=0.12" in secagg:  # aborted rounds (below t):

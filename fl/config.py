@@ -179,7 +179,7 @@ def missing_linear_methods(codec) -> list[str]:
 
 
 AGGREGATIONS = ("cohort", "memory")
-RAY_ADDRESS = re.compile(r"(ray://)?[\w.\-\[\]:]+:\d+")  # host:port, an IPv6 host in brackets
+RAY_ADDRESS = re.compile(r"[\w.\-\[\]:]+:\d+|[a-z][\w+.\-]*://.+")  # host:port (IPv6 in brackets) or scheme://...
 
 
 def _check_aggregation(c) -> None:
@@ -292,7 +292,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             raise ConfigError(str(err)) from None
     if c.ray.address not in (None, "", "auto", "local") and not RAY_ADDRESS.fullmatch(str(c.ray.address)):
         raise ConfigError(f"ray.address must be null (start a local Ray), auto (join the cluster this machine is in) "
-                          f"or host:port (ray://host:port for Ray Client), got {c.ray.address!r}")
+                          f"or host:port (ray://host:port for Ray Client, or another client's scheme://), got {c.ray.address!r}")
     if c.ray.num_workers is not None and c.ray.num_workers < 1:
         raise ConfigError(f"ray.num_workers must be >= 1 or null (one per CPU core), got {c.ray.num_workers}")
     if not 0 < c.ray.num_cpus_per_worker < math.inf or not 0 <= c.ray.num_gpus_per_worker < math.inf:

@@ -37,11 +37,8 @@ class ErrorFeedback:
     def encode(self, update: np.ndarray, residual: np.ndarray | None) -> tuple[bytes, np.ndarray]:
         """(payload, new float32 residual) for this round's `update`; ValueError if the residual overflows float32
         (a decoded entry of the other sign near float32's limit: a count sketch's estimate, a rotation's)."""
-        corrected = check_vector(update)
+        corrected, residual = _checked(update, residual, "residual")
         if residual is not None:
-            residual = check_vector(residual)
-            if residual.shape != corrected.shape:
-                raise ValueError(f"residual has shape {residual.shape}, update has {corrected.shape}")
             corrected = corrected + residual
         payload = self.codec.encode(corrected)
         # Decoding what was sent (rather than trusting the codec's internals) gives exactly what the server sees.
@@ -69,11 +66,8 @@ class MemoryFeedback:
 
     def encode(self, update: np.ndarray, memory: np.ndarray | None) -> tuple[bytes, np.ndarray]:
         """(payload, new float32 memory); ValueError if the update or the new memory is not finite."""
-        difference = check_vector(update)
+        difference, memory = _checked(update, memory, "memory")
         if memory is not None:
-            memory = check_vector(memory)
-            if memory.shape != difference.shape:
-                raise ValueError(f"memory has shape {memory.shape}, update has {difference.shape}")
             difference = difference - memory
         payload = self.codec.encode(difference)
         with np.errstate(over="ignore"):
@@ -82,3 +76,14 @@ class MemoryFeedback:
         if not np.isfinite(new_memory).all():
             raise ValueError("memory feedback: the memory (memory + decoded) overflows float32")
         return payload, new_memory.astype(np.float32, copy=False)
+
+
+def _checked(update, held, what: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """`update` and the client's `held` vector (None: none yet) as finite float32 vectors of one shape."""
+    update = check_vector(update)
+    if held is None:
+        return update, None
+    held = check_vector(held)
+    if held.shape != update.shape:
+        raise ValueError(f"{what} has shape {held.shape}, update has {update.shape}")
+    return update, held

@@ -190,12 +190,6 @@ def _check_aggregation(c) -> None:
         raise ConfigError(f"unknown fl.aggregation {f.aggregation!r}; available: {', '.join(AGGREGATIONS)}")
     if f.aggregation != "memory":
         return
-    name = c.compression.name
-    if secagg.get(c.secagg.name).masks and c.compression.client and name != "none" and \
-            getattr(compression.get(name), "linear", False):
-        raise ConfigError(f"fl.aggregation=memory cannot run with the linear codec {name!r} under masking: the server "
-                          "decodes the summed table, and no client knows its own share of what was decoded; use "
-                          f"{', '.join(MASKABLE)} (a shared index set) or secagg=none")
     if c.compression.residual_dtype != "float32":
         raise ConfigError("fl.aggregation=memory keeps each client's memory in compression.residual_dtype, and the "
                           "server's sum of memories must equal them: float16 rounding would set them apart; use "
@@ -345,6 +339,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
                           "give a non-negative integer")
     uploads = c.compression.client and c.compression.name != "none"  # clients' updates compressed
     linear = uploads and getattr(codec, "linear", False)
+    if f.aggregation == "memory" and linear and secagg.get(c.secagg.name).masks:
+        raise ConfigError(f"fl.aggregation=memory cannot run with the linear codec {c.compression.name!r} under "
+                          "masking: the server decodes the summed table, and no client knows its own share of what "
+                          f"was decoded; use {', '.join(MASKABLE)} (a shared index set) or secagg=none")
     if secagg.get(c.secagg.name).masks and uploads and c.compression.name not in MASKABLE and not linear:
         raise ConfigError(
             f"compression {c.compression.name!r} cannot be combined with masking: pairwise masks cancel only "

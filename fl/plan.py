@@ -85,6 +85,7 @@ class Plan:
         linear = None
         if masked and compressing and getattr(client_codec, "linear", False):
             linear = _codec(c, seed)  # its table is masked whole: no per-layer layout
+        memory = f.get("aggregation", "cohort") == "memory"  # clients keep memories in place of residuals
         k = 0 if linear is not None else topk_count(length, c.ratio) if compressing else length
         policy_args = None
         if masked and linear is None:
@@ -101,7 +102,7 @@ class Plan:
             broadcast_codec=(_codec(c, seed, layer_sizes) if c.server and c.name != "none"
                              else compression.get("none")()),
             error_feedback=bool(c.error_feedback and c.client and client_codec.biased and linear is None
-                                and f.get("aggregation", "cohort") != "memory"),
+                                and not memory),
             residual_dtype=str(c.residual_dtype), masked=masked, linear=linear, k=k, policy_args=policy_args,
             secagg=str(s.name), threshold=s.threshold, neighbours=s.neighbours, dropout=float(s.dropout),
             clip=float(s.clip), sketch_clip=float(s.sketch_clip), max_weight=float(s.max_weight),
@@ -109,7 +110,7 @@ class Plan:
             quant_bits=int(s.quant_bits) if masked else None,
             sketch_bits=c.sketch_quant_bits, linear_bits=getattr(linear, "bits", None),
             linear_clip=getattr(linear, "clip", None), server_lr=float(f.get("server_lr", 1.0)),
-            server_momentum=float(f.get("server_momentum", 0.0)), memory=f.get("aggregation", "cohort") == "memory")
+            server_momentum=float(f.get("server_momentum", 0.0)), memory=memory)
 
     def index_policy(self) -> IndexPolicy | None:
         """A fresh index policy: the server's keeps state across rounds; a worker's only draws sketch hashes."""

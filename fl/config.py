@@ -284,7 +284,7 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             check_device(c.device)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-    if c.ray.address not in (None, "", "auto", "local") and not RAY_ADDRESS.fullmatch(str(c.ray.address)):
+    if c.ray.address not in (None, "", "auto") and not RAY_ADDRESS.fullmatch(str(c.ray.address)):
         raise ConfigError(f"ray.address must be null (start a local Ray), auto (join the cluster this machine is in) "
                           f"or host:port (ray://host:port for Ray Client, or another client's scheme://), got {c.ray.address!r}")
     if c.ray.num_workers is not None and c.ray.num_workers < 1:
@@ -362,6 +362,13 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             f"ratio {c.compression.ratio} <= 0.5 diverges: the server keeps what it has not sent, and each entry sent "
             "is scaled by n/k, so what clients hold drifts from the model by (1 - ratio) / ratio more each round; "
             "use compression.server=false, leave the option out, or a ratio above 0.5")
+    # A client's memory is kept as the broadcast's view is: memory += codec(update - memory), the same growth.
+    if f.aggregation == "memory" and uploads and getattr(codec, "unbiased", False) and c.compression.ratio <= 0.5:
+        raise ConfigError(
+            f"fl.aggregation=memory with compression {c.compression.name!r} with unbiased values at ratio "
+            f"{c.compression.ratio} <= 0.5 diverges: each client's memory takes the codec of (update - memory), and "
+            "each entry sent is scaled by n/k, so what the server holds of its update drifts from it by "
+            "(1 - ratio) / ratio more each round; leave the option out, or use a ratio above 0.5")
     if secagg.get(c.secagg.name).masks and linear and (missing := missing_linear_methods(codec)):
         raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
                           f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")

@@ -113,6 +113,8 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                            f"({row['state_lost_bytes']} bytes of residuals, as last reported) is lost")
             if revived and server.memory is not None and server.memory.weight > 0:
                 forget_memories(server, pool, size)
+                row["state_lost_bytes"] += sum(held.values())  # every worker's memories, not only the dead one's
+                held.update(dict.fromkeys(held, 0))
                 timeline.setdefault("memory_resets", []).append(r)
                 tqdm.write(f"round {r}: fl.aggregation=memory: the server's sum of memories held the lost clients' "
                            "memories, so it and every client's memory start again from none")

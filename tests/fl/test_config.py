@@ -597,10 +597,11 @@ def test_a_codec_defined_in_main_is_refused_under_ray_whose_workers_would_not_kn
     assert validate(fl.compose([*overrides, "backend=inline"])).compression.name == "mine_main"
 
 
-@pytest.mark.parametrize("address", ["AUTO", "Auto", "headnode", "ray:/head:10001", "head:port", "head 6379"])
+@pytest.mark.parametrize("address", ["AUTO", "Auto", "headnode", "ray:/head:10001", "head:port", "head 6379", "local"])
 def test_a_ray_address_ray_cannot_read_is_refused_naming_the_key(address):
     """`ray.address=AUTO` failed at Ray's start, after the data had loaded, with a traceback naming neither the key
-    nor the spellings Ray reads."""
+    nor the spellings Ray reads. `local` (Ray's own spelling of a new local Ray) started one without this project's
+    settings (cores, worker import path) that null gives it."""
     with pytest.raises(ConfigError, match=r"ray.address must be null .*auto .*host:port"):
         validate(fl.compose([f"ray.address={address}"]))
 

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+import compression
 import fl
 import fl.seeds
 import fl.server
@@ -113,7 +114,7 @@ def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(
         return [1]
 
     monkeypatch.setattr(InlinePool, "revive", revive)
-    fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, f"secagg={secagg}"]))
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, f"secagg={secagg}"]))
     server, workers = captured["servers"][0], captured["workers"]
     held = _check_sum(server, workers)
     since = set()
@@ -122,6 +123,8 @@ def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(
     assert set(held) <= since  # nothing from before the reset
     done = json.loads(next(tmp_path.glob("*/done.json")).read_text())
     assert done["memory_resets"] == [3]
+    # every worker's memories were discarded, not only the dead one's
+    assert rows["state_lost_bytes"].tolist() == [0, 0, 0, rows["state_bytes"].iloc[2], 0, 0]
 
 
 @pytest.mark.parametrize("overrides,says", [
@@ -133,6 +136,27 @@ def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(
 def test_settings_memory_cannot_keep_exact_are_refused(overrides, says):
     with pytest.raises(ConfigError, match=says.replace("(", r"\(").replace(")", r"\)")):
         validate(fl.compose(["fl.aggregation=memory", "secagg=dh", *overrides]))
+
+
+@pytest.mark.parametrize("ratio,refused", [(0.1, True), (0.5, True), (0.6, False)])
+def test_memory_with_unbiased_randk_at_half_or_less_is_refused_as_its_memories_diverge(ratio, refused):
+    """memory += (n/k) randk(update - memory): in mean square (update - memory) grows by (1 - ratio) / ratio a round,
+    as the broadcast's view under the same codec does (refused alike)."""
+    codec = compression.get("randk")(ratio, unbiased=True)
+    update = np.random.default_rng(0).standard_normal(10_000).astype(np.float32)
+    memory = None
+    for _ in range(8):
+        _, memory = compression.MemoryFeedback(codec).encode(update, memory)
+    gap = np.linalg.norm(update - memory) / np.linalg.norm(update)
+    assert gap > 0.9 if refused else gap < 0.3
+    settings = ["fl.aggregation=memory", "secagg=none", "compression=randk", "compression.server=false",
+                f"compression.ratio={ratio}", "+compression.options.unbiased=true"]
+    if refused:
+        with pytest.raises(ConfigError, match=r"fl.aggregation=memory with compression 'randk' with unbiased values"):
+            validate(fl.compose(settings))
+    else:
+        validate(fl.compose(settings))
+    validate(fl.compose([*settings[:-1], "+compression.options.unbiased=false"]))  # biased: contracts, allowed
 
 
 def test_memory_under_an_unmasked_linear_codec_is_allowed_as_each_client_decodes_its_own_message():

@@ -252,6 +252,7 @@ def static_columns(cfg, plan: Plan, run_id: str, chash: str, size: int, torch_ve
         "compression": cfg.compression.name, "ratio": cfg.compression.ratio,
         "client_compression": cfg.compression.client, "server_compression": plan.broadcast_codec.name != "none",
         "error_feedback": plan.error_feedback,  # whether clients kept residuals, not the switch
+        "aggregation": "memory" if plan.memory else "cohort",
         "secagg": cfg.secagg.name,
         **environment.describe(cfg.device, cfg.backend, size, torch_version), "index_policy": plan.index_policy_name,
         "field_bits": plan.masked_field_bits if plan.masked else "",

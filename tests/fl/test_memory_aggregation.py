@@ -72,6 +72,7 @@ def test_the_servers_sum_is_every_clients_weighted_memory(tmp_path, captured, se
     server, workers = captured["servers"][0], captured["workers"]
     held = _check_sum(server, workers)
     assert 5 < len(held) < 30  # partial participation: some clients sampled, not all
+    assert set(rows["aggregation"]) == {"memory"} and not rows["error_feedback"].any()  # the rows say which rule
     if "secagg.dropout=0.1" in setting:
         assert rows["dropped"].sum() > 0 and (~rows["aborted"]).sum() >= 3
 

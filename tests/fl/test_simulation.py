@@ -658,4 +658,8 @@ def test_the_error_feedback_column_says_whether_clients_kept_residuals_not_how_t
     cfg = validate(fl.compose(overrides))
     assert cfg.compression.error_feedback
     columns = sim.static_columns(cfg, Plan.build(cfg, [100]), "run", "hash", 1, "torch")
-    assert columns["error_feedback"] is kept
+    assert columns["error_feedback"] is kept and columns["aggregation"] == "cohort"
+    if "compression=countsketch" not in overrides:  # refused under memory and masking
+        memory = validate(fl.compose([*overrides, "fl.aggregation=memory"]))
+        columns = sim.static_columns(memory, Plan.build(memory, [100]), "run", "hash", 1, "torch")
+        assert columns["error_feedback"] is False and columns["aggregation"] == "memory"  # memories, not residuals

@@ -126,8 +126,8 @@ def _config(config: Path) -> dict:
 
 
 # the rows' columns of names; the others hold numbers, or True/False in FLAGS
-TEXT = (*ID_COLUMNS, "dataset", "partition", "model", "compression", "index_policy", "secagg", "env", "env_cpu",
-        "env_torch", "device", "backend")
+TEXT = (*ID_COLUMNS, "dataset", "partition", "model", "compression", "aggregation", "index_policy", "secagg", "env",
+        "env_cpu", "env_torch", "device", "backend")
 FLAGS = ("client_compression", "server_compression", "error_feedback", "aborted")
 
 

@@ -732,3 +732,16 @@ def test_the_time_breakdown_never_says_the_setup_is_in_a_rounds_other_time(tmp_p
     monkeypatch.setattr(report.plt.Axes, "set_title", lambda self, text, **kw: titles.append(text))
     report.plot_time_breakdown(runs, tmp_path / "time.png")
     assert "other" in titles[0] and "setup" not in titles[0]
+
+
+def test_runs_as_the_simulation_writes_them_are_read_every_column_of_names_as_text(tmp_path):
+    """The report refuses a name where it reads numbers: a column of names the rows gained (`aggregation`) stopped
+    it on every run written since, while the tests' hand-made rows lacked it."""
+    import fl
+
+    for aggregation in ("cohort", "memory"):
+        fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=2",
+                           "secagg=none", "compression.ratio=0.1", f"fl.aggregation={aggregation}"]))
+    rows, _ = report.load([str(tmp_path)])
+    assert set(rows["aggregation"]) == {"cohort", "memory"}
+    assert len(report.table(report.per_run(rows, 0.6))) == 2

@@ -40,7 +40,7 @@ class FixedPointQuantizer:
         clip = float(clip)
         if not math.isfinite(clip) or clip <= 0:
             raise ValueError(f"clip must be a finite positive number, got {clip!r}")
-        if int(max_clients) != max_clients or max_clients < 1:
+        if isinstance(max_clients, bool) or int(max_clients) != max_clients or max_clients < 1:
             raise ValueError(f"max_clients must be an integer >= 1, got {max_clients!r}")
         max_clients = int(max_clients)
         if isinstance(bits, bool) or int(bits) != bits or not 2 <= bits <= MAX_FIELD_BITS:

@@ -25,6 +25,12 @@ def register(name: str, cls: type, aliases: Iterable[str] = ()) -> None:
         for taken_key, taken in owners.items():
             if taken_key.casefold() == str(key).casefold() and taken is not cls:
                 raise ValueError(f"mask protocol name {key!r} is already registered to {taken.__name__}")
+    # what the config and the rounds read of a protocol: refused here rather than as an AttributeError mid-run
+    if not isinstance(getattr(cls, "masks", None), bool):
+        raise TypeError(f"mask protocol {name!r}: {cls!r} has no `masks` flag (True: it masks, with Client and "
+                        "Server classes; False: sums in the clear)")
+    if cls.masks and not all(isinstance(getattr(cls, part, None), type) for part in ("Client", "Server")):
+        raise TypeError(f"mask protocol {name!r}: {cls!r} masks but lacks a Client or Server class")
     _PROTOCOLS[name] = cls
     for alias in aliases:
         _ALIASES[alias] = name

@@ -145,7 +145,7 @@ def test_a_clip_whose_scale_overflows_is_refused_not_quantized_to_garbage():
     assert tiny.dequantize(tiny.quantize(np.array([1e-300, 0.0]), np.random.default_rng(0))).tolist() == [1e-300, 0]
 
 
-@pytest.mark.parametrize("max_clients", [0, -3, 2.5])
+@pytest.mark.parametrize("max_clients", [0, -3, 2.5, True])  # True read as 1 client
 def test_bad_max_clients_is_refused(max_clients):
     with pytest.raises(ValueError, match="max_clients"):
         FixedPointQuantizer(clip=1.0, max_clients=max_clients)

@@ -70,3 +70,13 @@ def test_protocol_namespaces_say_whether_they_mask_and_over_which_graph():
     for protocol in (SecAggProtocol, SecAggPlusProtocol):
         assert protocol.Client is secagg.Client and protocol.Server is secagg.Server
     assert not NoMasking.masks and NoMasking.Client is None and NoMasking.Server is None
+
+
+@pytest.mark.parametrize("cls,says", [(object, "no `masks` flag"), (type("Half", (), {"masks": True, "Client": object}),
+                                                                    "lacks a Client or Server class")])
+def test_a_class_that_is_not_a_protocol_is_refused_at_registration(cls, says):
+    """Any object was taken, and failed later where the config or a round read its `masks`, `Client` or `Server`."""
+    with pytest.raises(TypeError, match=says):
+        secagg.register("notaprotocol", cls)
+    assert "notaprotocol" not in secagg.names()
+    secagg.register("dh", DHProtocol)  # the shipped ones pass

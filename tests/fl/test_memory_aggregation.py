@@ -8,6 +8,7 @@ import pytest
 
 import compression
 import fl
+import fl.rounds.client
 import fl.seeds
 import fl.server
 from fl.config import validate
@@ -126,6 +127,49 @@ def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(
     assert done["memory_resets"] == [3]
     # every worker's memories were discarded, not only the dead one's
     assert rows["state_lost_bytes"].tolist() == [0, 0, 0, rows["state_bytes"].iloc[2], 0, 0]
+
+
+def test_a_masked_client_sends_its_update_less_its_memory_so_its_memory_is_its_latest_update(tmp_path, captured,
+                                                                                           monkeypatch):
+    """Every entry masked (no codec): what the server holds of a client is its latest update, as each round the
+    client masks (update - memory). A client masking its whole update would keep the sum equal to its memories too,
+    each then the sum of its updates."""
+    latest = {}
+    train = fl.rounds.client.timed_train
+
+    def recorded(worker, cid, round, t):
+        update, n = train(worker, cid, round, t)
+        latest[cid] = update.copy()
+        return update, n
+
+    monkeypatch.setattr(fl.rounds.client, "timed_train", recorded)
+    fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh", "compression=none", "fl.num_clients=8"]))
+    held = _memories(captured["servers"][0], captured["workers"])
+    assert set(held) == set(latest) == set(range(8))  # every client in every round
+    for cid, memory in held.items():
+        np.testing.assert_allclose(memory, latest[cid], rtol=0, atol=1e-3 * np.abs(latest[cid]).max())
+
+
+def test_after_a_memory_reset_a_worker_not_called_since_holds_no_bytes_in_the_rows_state(tmp_path, monkeypatch):
+    """Worker 1 dies before round 4, whose clients are on workers 1 and 2 only: worker 0's memories were discarded
+    by the reset, so the row's state_bytes must not count its last report."""
+    calls = []
+
+    def revive(self):
+        calls.append(1)
+        if len(calls) != 5:
+            return []
+        self.workers[1].residuals.clear()  # what a fresh worker holds
+        return [1]
+
+    monkeypatch.setattr(InlinePool, "revive", revive)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=none", "fl.clients_per_round=3",
+                              "ray.num_workers=3"]))
+    assert {c % 3 for c in fl.seeds.cohort(0, 4, 30, 3)} == {1, 2}  # the setting's premise
+    assert {c % 3 for c in fl.seeds.cohort(0, 5, 30, 3)} == {0}
+    each = 4 * rows["n_params"].iloc[0]  # a float32 memory
+    assert rows["state_lost_bytes"].iloc[4] == rows["state_bytes"].iloc[3] > 0
+    assert rows["state_bytes"].iloc[4:].tolist() == [3 * each, 6 * each]
 
 
 @pytest.mark.parametrize("overrides,says", [

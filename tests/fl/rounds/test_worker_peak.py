@@ -27,3 +27,11 @@ def test_worker_peak_keeps_the_largest_worker_of_earlier_rounds():
     assert _round(pool, [0, 1], held, peaks)["worker_peak_mb"] == 600.0
     assert _round(pool, [0], held, peaks)["worker_peak_mb"] == 600.0  # worker 1's clients all dropped
     assert _round(pool, [], held, peaks)["worker_peak_mb"] == 600.0  # nobody called (a masked round aborted early)
+
+
+def test_a_replaced_workers_fresh_process_does_not_lower_the_peak_its_predecessor_reached():
+    """A fresh process reports its own, lower peak: the row must still give the largest a worker of the run reached."""
+    pool, held, peaks = _Pool({0: 500.0, 1: 600.0}), {}, {}
+    _round(pool, [0, 1], held, peaks)
+    pool.peaks[1] = 100.0  # worker 1 died and was replaced
+    assert _round(pool, [0, 1], held, peaks)["worker_peak_mb"] == 600.0

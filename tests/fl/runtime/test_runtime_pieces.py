@@ -210,6 +210,16 @@ def test_a_dead_worker_is_replaced_once_its_fresh_actor_has_started(monkeypatch)
     assert pool.revive() == [2] and ray["waits"] == 4
 
 
+def test_a_runs_own_ray_pool_kills_a_worker_silent_for_the_call_timeout_it_was_given(monkeypatch):
+    """A run's own pool (not a sweep's warm one) must wait for a reply only as long as ray.call_timeout_s says."""
+    from fl.runtime.pool import make_pool
+
+    _shrinking_ray(monkeypatch, 3.0, starts_after=0)
+    run = cfg(num_workers=3)
+    run.ray.call_timeout_s = 30.0
+    assert make_pool(run).timeout == 30.0
+
+
 def test_an_inline_pool_gives_back_the_callers_torch_threads_when_it_closes():
     threads = torch.get_num_threads()
     torch.set_num_threads(2)

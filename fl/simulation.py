@@ -220,10 +220,14 @@ def announce_residuals(plan: Plan, total: int, largest: int, clients: int, local
                f"{total / 1e6:,.1f} MB by the last round (the largest worker's {largest / 1e6:,.1f} MB)")
     free = available_memory() if local else None
     if free is not None and total > free:
-        print(f"fedsqueeze: warning: the clients' residuals will reach {total / 1e6:,.1f} MB, more than the "
-              f"{free / 1e6:,.1f} MB of memory available now: the run may die of a MemoryError rounds in. Less: "
-              "compression.residual_dtype=float16 (halves the kept residuals), fewer fl.num_clients (or fl.rounds, "
-              "where cohorts are partial), compression.error_feedback=false, or a codec without residuals (qsgd)",
+        fewer = "fewer fl.num_clients (or fl.rounds, where cohorts are partial)"
+        if plan.memory:  # float16 is refused under memory, and the other settings leave every memory in place
+            less = f"{fewer}: under fl.aggregation=memory each client sampled keeps a float32 memory, any codec"
+        else:
+            less = (f"compression.residual_dtype=float16 (halves the kept residuals), {fewer}, "
+                    "compression.error_feedback=false, or a codec without residuals (qsgd)")
+        print(f"fedsqueeze: warning: the clients' {kept} will reach {total / 1e6:,.1f} MB, more than the "
+              f"{free / 1e6:,.1f} MB of memory available now: the run may die of a MemoryError rounds in. Less: {less}",
               file=sys.stderr)
 
 

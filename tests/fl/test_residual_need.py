@@ -101,3 +101,17 @@ def test_a_run_on_other_machines_is_not_held_to_this_ones_memory(monkeypatch, ca
     assert "2 clients' float32 residuals will reach 0.0 MB" in out.out and out.err == ""
     sim.announce_residuals(plan, 8000, 4000, 2, local=True)
     assert "more than the 0.0 MB of memory available now" in capsys.readouterr().err
+
+
+def test_the_warning_under_memory_aggregation_names_memories_and_only_settings_that_lessen_them(monkeypatch, capsys):
+    """Under fl.aggregation=memory float16 is refused, and error_feedback=false or a codec without residuals leaves
+    every memory in place: the advice must not send a user to them."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(sim, "available_memory", lambda: 1)
+    plan = SimpleNamespace(length=1000, residual_dtype="float32", memory=True)
+    sim.announce_residuals(plan, 8000, 4000, 2, local=True)
+    err = capsys.readouterr().err
+    assert "the clients' memories will reach 0.0 MB, more than the 0.0 MB of memory available now" in err
+    assert "fewer fl.num_clients" in err
+    assert "residual_dtype=float16" not in err and "error_feedback=false" not in err and "qsgd" not in err

@@ -150,6 +150,27 @@ def test_a_masked_client_sends_its_update_less_its_memory_so_its_memory_is_its_l
         np.testing.assert_allclose(memory, latest[cid], rtol=0, atol=1e-3 * np.abs(latest[cid]).max())
 
 
+def test_a_masked_round_under_memory_steps_every_entry_by_the_mean_of_all_memories(tmp_path, captured, monkeypatch):
+    """The round's index set is only where its differences are: the step is the memories' mean everywhere, also
+    at the entries earlier cohorts sent."""
+    steps = []
+    apply = fl.server.Server.apply_masked
+
+    def recorded(self, r, values, weight, cells):
+        before = self.weights.copy()
+        apply(self, r, values, weight, cells)
+        steps.append((self.weights - before, self.memory.mean(), self.positions))
+
+    monkeypatch.setattr(fl.server.Server, "apply_masked", recorded)
+    fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh"]))
+    lr = np.float32(captured["servers"][0].plan.server_lr)
+    outside = 0
+    for moved, mean, positions in steps:
+        np.testing.assert_allclose(moved, lr * mean, rtol=0, atol=1e-6)
+        outside += np.count_nonzero(np.delete(mean, positions))
+    assert len(steps) == 6 and outside > 0
+
+
 def test_after_a_memory_reset_a_worker_not_called_since_holds_no_bytes_in_the_rows_state(tmp_path, monkeypatch):
     """Worker 1 dies before round 4, whose clients are on workers 1 and 2 only: worker 0's memories were discarded
     by the reset, so the row's state_bytes must not count its last report."""

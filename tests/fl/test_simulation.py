@@ -623,6 +623,28 @@ def test_a_worker_replaced_with_its_clients_residuals_says_in_its_row_and_at_the
     assert f"their clients' state was lost ({3 * residual} bytes of residuals in 1 rounds" in capsys.readouterr().err
 
 
+def test_workers_replaced_together_each_count_their_clients_lost_residuals(tmp_path, monkeypatch):
+    """A node of a cluster lost takes several workers at once (here 0 and 1 of 3, two clients with a residual
+    each): the row counts what every one of them held."""
+    from fl.runtime.pool import InlinePool
+
+    calls = []
+
+    def revive(self):
+        calls.append(1)
+        if len(calls) != 4:  # before round 3
+            return []
+        for w in (0, 1):
+            self.workers[w].residuals.clear()  # what a fresh worker holds
+        return [0, 1]
+
+    monkeypatch.setattr(InlinePool, "revive", revive)
+    rows = small(tmp_path, "secagg=none", "compression=topk", "compression.ratio=0.1", "fl.rounds=4",
+                 "fl.num_clients=6", "fl.clients_per_round=6", "ray.num_workers=3")
+    residual = 4 * rows["n_params"].iloc[0]
+    assert rows["state_lost_bytes"].tolist() == [0, 0, 0, 4 * residual]
+
+
 def test_a_run_whose_worker_was_replaced_says_so_at_the_end_and_in_done_json_though_no_state_was_lost(
         tmp_path, monkeypatch, capsys):
     """Dense rounds keep no client state, so state_lost_bytes stayed 0 and nothing said that round 2 lost worker 0's

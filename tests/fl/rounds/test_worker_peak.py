@@ -2,7 +2,10 @@
 dropouts leave that worker uncalled."""
 from collections import defaultdict
 
+import fl
+import fl.seeds
 from fl.rounds.exchange import Tally, exchange
+from fl.runtime.worker import Worker
 
 
 class _Pool:
@@ -35,3 +38,13 @@ def test_a_replaced_workers_fresh_process_does_not_lower_the_peak_its_predecesso
     _round(pool, [0, 1], held, peaks)
     pool.peaks[1] = 100.0  # worker 1 died and was replaced
     assert _round(pool, [0, 1], held, peaks)["worker_peak_mb"] == 600.0
+
+
+def test_a_runs_rows_keep_the_largest_workers_peak_in_rounds_that_do_not_call_it(tmp_path, monkeypatch):
+    """Worker 2 (peak 300 MB) has clients in round 0 only among rounds 0, 1 and 5: every row still gives its peak."""
+    stats = Worker.stats
+    monkeypatch.setattr(Worker, "stats", lambda self: {**stats(self), "worker_peak_mb": 100.0 * (self.worker_id + 1)})
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=none",
+                              "fl.num_clients=30", "fl.clients_per_round=3", "fl.rounds=6", "ray.num_workers=3"]))
+    assert [sorted({c % 3 for c in fl.seeds.cohort(0, r, 30, 3)}) for r in (0, 1, 5)] == [[1, 2], [0, 1], [0]]
+    assert rows["worker_peak_mb"].tolist() == [300.0] * 6

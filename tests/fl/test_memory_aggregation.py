@@ -171,6 +171,20 @@ def test_a_masked_round_under_memory_steps_every_entry_by_the_mean_of_all_memori
     assert len(steps) == 6 and outside > 0
 
 
+def test_a_worker_replaced_before_any_memory_was_summed_resets_nothing(tmp_path, monkeypatch):
+    """Before round 0 the sum holds no memory: the run must not report a reset that discarded none."""
+    calls = []
+
+    def revive(self):
+        calls.append(1)
+        return [1] if len(calls) == 1 else []
+
+    monkeypatch.setattr(InlinePool, "revive", revive)
+    fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=none"]))
+    done = json.loads(next(tmp_path.glob("*/done.json")).read_text())
+    assert done["workers_replaced"] == [[0, [1]]] and "memory_resets" not in done
+
+
 def test_after_a_memory_reset_a_worker_not_called_since_holds_no_bytes_in_the_rows_state(tmp_path, monkeypatch):
     """Worker 1 dies before round 4, whose clients are on workers 1 and 2 only: worker 0's memories were discarded
     by the reset, so the row's state_bytes must not count its last report."""

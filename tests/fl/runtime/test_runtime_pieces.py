@@ -200,6 +200,29 @@ def test_a_dead_worker_that_can_no_longer_start_fails_the_run_rather_than_hangin
         pool.revive()
 
 
+def test_a_warm_pool_whose_dead_worker_can_no_longer_start_fails_the_next_cell_rather_than_hanging_it(monkeypatch):
+    """Attached again for a sweep's next cell, the pool finds worker 2 dead with its node: its replacement could
+    never start, and the cell must fail saying why."""
+    from fl.runtime.pool import RayPool
+
+    class Died(Exception):
+        pass
+
+    def get(ref):
+        if ref == "gone":
+            raise Died
+
+    ray = _shrinking_ray(monkeypatch, 3.0, starts_after=-1)
+    fake = sys.modules["ray"]
+    fake.put, fake.get, fake.exceptions = (lambda value: value), get, SimpleNamespace(RayActorError=Died)
+    pool = RayPool("cpu", 3, 1.0, 0.0)
+    pool._probed = True  # the first cell probed the reply buffers
+    pool.workers[2] = SimpleNamespace(attach=SimpleNamespace(remote=lambda *a: "gone"))
+    ray["CPU"] = 2.0
+    with pytest.raises(RuntimeError, match=r"dead workers cannot be replaced, as the Ray has shrunk"):
+        pool.attach("data", "plan")
+
+
 def test_a_dead_worker_is_replaced_once_its_fresh_actor_has_started(monkeypatch):
     from fl.runtime.pool import RayPool
 

@@ -23,6 +23,7 @@ def test_server_rejects_a_payload_with_nan_and_keeps_its_sum(tmp_path):
     with pytest.raises(wire.WireError):
         agg.add(wire.encode_update(0, 2, "none", 4, 10.0, good.tobytes())[:-3], 2)  # truncated
     assert agg.weight == 2.0 and agg.rejected == 1
+    assert agg.senders == {0: 2.0}  # fl.aggregation=memory adds a new sender's weight to its sum from these
     np.testing.assert_array_equal(agg.result(), good)  # only the good update, with its own weight
 
 

@@ -104,7 +104,7 @@ def test_a_masked_round_of_returning_clients_sums_no_weight_and_is_still_applied
 def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(tmp_path, captured, monkeypatch,
                                                                                  secagg):
     """The dead worker's clients lost their memories, which the server's sum holds and cannot take out: both
-    restart, and the run says so."""
+    restart, and the run says so. Three workers, the middle one dead: the workers on either side must forget."""
     calls = []
 
     def revive(self):
@@ -116,7 +116,7 @@ def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(
         return [1]
 
     monkeypatch.setattr(InlinePool, "revive", revive)
-    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, f"secagg={secagg}"]))
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, f"secagg={secagg}", "ray.num_workers=3"]))
     server, workers = captured["servers"][0], captured["workers"]
     held = _check_sum(server, workers)
     since = set()

@@ -8,8 +8,9 @@ rounds and, at a few of them, measures, one round at a time (no error feedback):
   sends. With error feedback the rest waits in the client's residual, on shards about ten rounds until its
   next visit; top-k of the summed squares (`energy`) sends the most a shared set can, top-k of the sum less.
 
-`marginals` estimates the summed squares of each weight matrix by a rank-one matrix. Two rows ask what a better
-low-rank estimate would buy: the best rank-r approximation of the exact summed squares (an SVD: a bound on any
+`marginals` estimates the summed squares of each weight matrix by a rank-one matrix. Two rows ask whether its
+estimate finds the right entries but ranks them wrongly: a third masked exchange of the exact summed squares at its
+top 2k or 3k entries, the top k of which is the set. Two more ask what a better low-rank estimate would buy: the best rank-r approximation of the exact summed squares (an SVD: a bound on any
 summary of that rank, not itself a summary), and a two-sided random sketch of them (Tropp et al. 2017), which
 is linear in the squares and so could be masked as `marginals` is. The last rows ask whether a low-rank linear
 codec would do better than any index set: each weight matrix's share of the update projected on a rank-r subspace
@@ -84,6 +85,24 @@ class LowRankEnergy:
         return topk_positions(self.estimate(energy).astype(np.float32), k)
 
 
+class CandidateEnergy:
+    """`marginals` narrowed by a third masked exchange: the top `c` k of its estimate are candidates, whose exact
+    summed squares the clients then mask (c k cells); the top k of those is the set. `cols` counts both tables."""
+
+    def __init__(self, shapes, k: int, c: int):
+        self.marginals, self.candidates = Marginals(shapes), min(c * k, Marginals(shapes).length)
+        self.cols = self.marginals.cols + self.candidates
+
+    def sketch(self, vector: np.ndarray) -> np.ndarray:  # both tables; the energies are read at the candidates only
+        return np.concatenate([self.marginals.sketch(vector).ravel(), np.square(vector, dtype=np.float64)])
+
+    def heavy_hitters(self, table: np.ndarray, k: int) -> np.ndarray:
+        estimate = self.marginals.estimate(table[:self.marginals.cols])
+        candidates = topk_positions(estimate.astype(np.float32), self.candidates)
+        energy = table[self.marginals.cols:][candidates]
+        return np.sort(candidates[topk_positions(energy.astype(np.float32), k)])
+
+
 class SharedSubspace:
     """The part of a client's update a shared rank-r subspace of each weight matrix sends: P P^T M. `basis`
     "power": P = U Q of the cohort's summed update U, orthonormalized, one power step from a public Gaussian Q
@@ -128,6 +147,8 @@ def choices(updates: list[np.ndarray], shapes, k: int) -> dict[str, tuple[object
     summaries = {"top-k of the sum (`exact`, a dense summary)": ExactSummary(length),
                  "top-k of the summed squares (`energy`, a dense summary)": EnergySummary(length),
                  "fresh: marginals (the default)": Marginals(shapes),
+                 **{f"marginals' top {c}k, then the top k of their exact summed squares (a third exchange)":
+                    CandidateEnergy(shapes, k, c) for c in (2, 3)},
                  **{f"fresh: blocks of {b}": BlockEnergy(length, b) for b in (64, 32, 16)},
                  **{f"best rank-{r} approximation of the summed squares (SVD: a bound, not a summary)":
                     LowRankEnergy(shapes, r) for r in (2, 5)},

@@ -1,10 +1,10 @@
 """The low-rank estimates of experiments.index_sets: exact where the energies have that rank, the rank-one sketch
-is `marginals`' estimate, and the cells counted are the sketch's; a shared subspace projects each matrix and
-sends biases whole."""
+is `marginals`' estimate, and the cells counted are the sketch's; a third exchange at `marginals`' candidates
+picks the top k of the exact energies among them; a shared subspace projects each matrix and sends biases whole."""
 import numpy as np
 
 from compression.marginals import Marginals
-from experiments.index_sets import LowRankEnergy, SharedSubspace, movement_sent, relative_error
+from experiments.index_sets import CandidateEnergy, LowRankEnergy, SharedSubspace, movement_sent, relative_error
 
 SHAPES = [(12, 3, 5), (12,), (7, 12), (7,)]  # a conv-like tensor (12 x 15), a bias, a dense layer, a bias
 LENGTH = 12 * 15 + 12 + 7 * 12 + 7
@@ -72,3 +72,21 @@ def test_the_movement_basis_sends_the_most_of_the_clients_movement_and_the_sum_b
     sent = {b: movement_sent(updates, f, 1) for b, f in fitted.items()}
     error = {b: relative_error(updates, f, 1) for b, f in fitted.items()}
     assert sent["movement"] >= max(sent.values()) - 1e-12 and error["sum"] <= min(error.values()) + 1e-12
+
+
+def test_a_third_exchange_picks_the_top_k_of_the_exact_energies_among_the_marginals_candidates():
+    """Candidates: the top c k of the rank-one estimate; the set: the top k of their exact energies. With every
+    entry a candidate that is the exact top k, which the rank-one estimate of a rank-three energy misses."""
+    energy = _energies_of_rank(3, seed=5)
+    values = np.sqrt(energy)
+    k, marginals = 40, Marginals(SHAPES)
+    exact = np.sort(np.argsort(-energy)[:k])
+    everything = CandidateEnergy(SHAPES, k, LENGTH)
+    assert everything.cols == marginals.cols + LENGTH
+    np.testing.assert_array_equal(everything.heavy_hitters(everything.sketch(values), k), exact)
+    assert not np.array_equal(marginals.heavy_hitters(marginals.sketch(values), k), exact)
+    two = CandidateEnergy(SHAPES, k, 2)
+    chosen = two.heavy_hitters(two.sketch(values), k)
+    candidates = np.argsort(-marginals.estimate(marginals.sketch(values)), kind="stable")[:2 * k]
+    assert two.cols == marginals.cols + 2 * k and set(chosen) <= set(candidates)
+    np.testing.assert_array_equal(chosen, np.sort(candidates[np.argsort(-energy[candidates], kind="stable")[:k]]))

@@ -136,12 +136,14 @@ def _numbers(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     True/False in one of FLAGS): pandas would compare it as text, add it up as text or read it as True."""
     for column in [c for c in COLUMNS if c in frame and c not in TEXT]:
         values = frame[column].dropna()
-        if pd.api.types.is_numeric_dtype(values):  # read as numbers (or True/False) whole: nothing to find
+        # read as numbers whole: nothing to find, but in a flag column, where a number but 0 or 1 would read as True
+        if pd.api.types.is_numeric_dtype(values) and column not in FLAGS:
             continue
         bad = values[~values.isin([True, False, "True", "False"])] if column in FLAGS else \
             values[pd.to_numeric(values, errors="coerce").isna()]
         if len(bad):
-            raise SystemExit(f"report: {path}, line {bad.index[0] + 2}: {column} is {bad.iloc[0]!r}, not a "
+            first = bad.iloc[0].item() if isinstance(bad.iloc[0], np.generic) else bad.iloc[0]  # 2, not np.int64(2)
+            raise SystemExit(f"report: {path}, line {bad.index[0] + 2}: {column} is {first!r}, not a "
                              f"{'flag (True/False)' if column in FLAGS else 'number'}; restore the file (git "
                              "checkout) or move its run folder out of the reported folders")
     return frame

@@ -192,6 +192,36 @@ def test_a_finished_runs_value_that_is_not_a_number_stops_the_report_naming_it(t
         report.load([str(tmp_path)])
 
 
+def test_a_flag_column_read_as_numbers_other_than_0_and_1_stops_the_report_naming_it(tmp_path):
+    """A flag column whose every value parses as a number skipped the check: 2 was read as True."""
+    rows = _rows("a", 0, 20, 0.7)
+    rows[0]["error_feedback"], rows[1]["error_feedback"] = 1, 2
+    _write_run(tmp_path, "a", rows, _config())
+    with pytest.raises(SystemExit, match=re.escape(f"{tmp_path / 'a' / 'rounds.csv'}, line 3: error_feedback is 2, "
+                                                   "not a flag")):
+        report.load([str(tmp_path)])
+    rows[1]["error_feedback"] = 0  # 0 and 1 are flags
+    (tmp_path / "a" / "rounds.csv").unlink()
+    pd.DataFrame(rows).to_csv(tmp_path / "a" / "rounds.csv", index=False)
+    assert report.load([str(tmp_path)])[0]["error_feedback"].tolist() == [1, 0]
+
+
+def test_an_incomplete_run_is_listed_with_its_latest_attempts_error(tmp_path):
+    """Its failed-<run id>.txt files are ordered by when they were written, not by run id: an earlier error may
+    have been fixed since."""
+    import os
+
+    _write_run(tmp_path, "a", _rows("a", 0, 20, 0.7), _config())
+    (tmp_path / "b").mkdir()
+    for name, error, when in (("failed-zz.txt", "the earlier error", 1_000_000), ("failed-aa.txt", "the latest error",
+                                                                                   2_000_000)):
+        (tmp_path / "b" / name).write_text(error + "\n")
+        os.utime(tmp_path / "b" / name, (when, when))
+    rows, incomplete = report.load([str(tmp_path)])
+    md = report.markdown(report.table(report.per_run(rows, 0.6)), incomplete, 0.6, "cmd")
+    assert f"- `{tmp_path / 'b' / 'rounds.csv'}`: the latest error" in md and "the earlier error" not in md
+
+
 def test_last_5_averages_each_runs_last_five_evaluated_rounds_then_the_seeds():
     """The column where a final round's swing would mislead: rounds without an evaluation do not count."""
     rows = []
@@ -579,6 +609,19 @@ def test_a_line_whose_only_dense_run_ran_at_another_setting_has_no_baseline_unle
     assert t.loc[0.1, "accuracy_change"] == pytest.approx(-0.1) and t.loc[0.1, "up_vs_dense"] == pytest.approx(2.0)
 
 
+def test_a_line_at_another_server_momentum_than_the_only_dense_run_has_no_baseline(tmp_path):
+    """A key older rows lack (fl.server_momentum) reads as its old value only where a config lacks it: a run that
+    set it is not compared with a dense run at the old value."""
+    dense = [dict(r, run_id="d", compression="none", ratio=1.0, secagg="none", index_policy="dense",
+                  field_bits=np.nan, bytes_up_per_client=1000) for r in _rows("d", 0, 20, 0.8)]
+    _write_run(tmp_path, "d", dense, _config())
+    momentum = _config()
+    momentum["fl"]["server_momentum"] = 0.5
+    _write_run(tmp_path, "p", _rows("p", 0, 20, 0.6), momentum)
+    t = report.table(report.per_run(report.load([str(tmp_path)])[0], 0.6)).set_index("ratio")
+    assert t.loc[0.02, ["accuracy_change", "up_vs_dense", "down_vs_dense"]].isna().all()
+
+
 def test_a_key_in_which_a_line_differs_from_its_dense_runs_is_named_though_no_pool_holds_both_values(tmp_path):
     """Top-k run at lr 0.05 and dropout 0.2 beside dense at lr 0.1 and none: no pool held two values of a key, so
     the table named none, and read as top-k costing what the lr and the dropouts cost."""
@@ -690,7 +733,8 @@ def test_a_codec_on_the_broadcast_only_is_named_so_with_the_server_keeping_its_e
                                                "topk 0.02 on the broadcast only"]
 
 
-def test_a_run_under_memory_aggregation_is_named_so_and_its_ef_column_says_memory(tmp_path):
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # errorbar is replaced: nothing to put in a legend
+def test_a_run_under_memory_aggregation_is_named_so_and_its_ef_column_says_memory(tmp_path, monkeypatch):
     """Its clients keep memories, not residuals (error_feedback false in its rows): read as `off` and `no EF`, the
     line looked like top-k with nothing kept, and the ratio plot left it out."""
     def run(name, aggregation):
@@ -710,6 +754,10 @@ def test_a_run_under_memory_aggregation_is_named_so_and_its_ef_column_says_memor
     assert "| topk | 0.02 | on | none | per-client |" in md
     assert not any(name.endswith("no EF") or "no EF," in name for name in report.setting_names(t))
     assert "EF `memory`" not in report.markdown(t[t["index_policy"] == "per-client"], [], 0.6, "cmd")
+    drawn = []
+    monkeypatch.setattr(report.plt.Axes, "errorbar", lambda self, x, y, **kw: drawn.append(kw["label"]))
+    report.plot_accuracy_vs_ratio(report.per_run(rows, 0.6), tmp_path / "plot.png")
+    assert len(drawn) == 2  # the memory line is drawn beside the cohort one
 
 
 def test_a_stage_is_averaged_over_every_round_of_its_run_a_round_that_had_none_of_it_counting_0_s():

@@ -119,6 +119,9 @@ def test_a_path_starting_with_a_tilde_is_refused_not_made_a_folder_named_tilde(t
     with pytest.raises(ConfigError, match=r"dataset.root=~/data is not expanded"):
         validate(fl.build_config(dataset="fashion_mnist", **{"dataset.root": "~/data", "dataset.download": True}))
     assert validate(fl.build_config(**{"dataset.root": "~/data"})).dataset.root == "data"  # digits reads no folder
+    for path in ("~", "~alice/runs"):  # a bare ~ and ~user are not expanded either
+        with pytest.raises(ConfigError, match=f"results.dir={path} is not expanded"):
+            validate(fl.build_config(results={"dir": path}))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -597,13 +600,14 @@ def test_a_codec_defined_in_main_is_refused_under_ray_whose_workers_would_not_kn
     assert validate(fl.compose([*overrides, "backend=inline"])).compression.name == "mine_main"
 
 
-@pytest.mark.parametrize("address", ["AUTO", "Auto", "headnode", "ray:/head:10001", "head:port", "head 6379", "local"])
+@pytest.mark.parametrize("address", ["AUTO", "Auto", "headnode", "ray:/head:10001", "head:port", "head 6379", "local",
+                                     "head:", "ray://"])
 def test_a_ray_address_ray_cannot_read_is_refused_naming_the_key(address):
     """`ray.address=AUTO` failed at Ray's start, after the data had loaded, with a traceback naming neither the key
     nor the spellings Ray reads. `local` (Ray's own spelling of a new local Ray) started one without this project's
     settings (cores, worker import path) that null gives it."""
     with pytest.raises(ConfigError, match=r"ray.address must be null .*auto .*host:port"):
-        validate(fl.compose([f"ray.address={address}"]))
+        validate(fl.compose([f"ray.address='{address}'"]))
 
 
 @pytest.mark.parametrize("address", ["auto", "127.0.0.1:6379", "head-node.example:6379", "ray://head:10001",

@@ -132,6 +132,32 @@ def test_a_dirichlet_split_that_leaves_a_client_empty_names_both_ways_out():
         partition(labels, 1000, "dirichlet", 0.3, 62, min_size=1)
 
 
+def _first_dirichlet_draw_holding(labels, num_clients, alpha, seed, min_size):
+    """The recipe, plainly: per class a shuffle and Dir(alpha) shares; the first draw where no client is short."""
+    rng = np.random.default_rng(seed)
+    for _ in range(1000):
+        parts = [[] for _ in range(num_clients)]
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            cuts = (np.cumsum(rng.dirichlet(np.full(num_clients, alpha)))[:-1] * len(idx)).astype(int)
+            for client, chunk in enumerate(np.split(idx, cuts)):
+                parts[client].append(chunk)
+        out = [np.sort(np.concatenate(p)) for p in parts]
+        if min(len(p) for p in out) >= min_size:
+            return out
+
+
+@pytest.mark.parametrize("min_size", [1, 3])
+def test_a_dirichlet_split_is_the_first_draw_whose_every_client_holds_min_size_samples(min_size):
+    """Draws are judged by their counts before any client's indices are built: the split kept must be the one the
+    recipe keeps, seed for seed, or seeded runs (and committed results) change."""
+    labels = np.repeat(np.arange(10), 6)
+    for seed in range(20):
+        got = partition(labels, 10, "dirichlet", 1.0, seed, min_size=min_size)
+        want = _first_dirichlet_draw_holding(labels, 10, 1.0, seed, min_size)
+        assert len(got) == len(want) and all(np.array_equal(g, w) for g, w in zip(got, want)), seed
+
+
 def test_a_refused_dirichlet_draw_builds_no_client_indices(monkeypatch):
     """Each of the 1000 draws is judged by its per-client counts; only a kept draw is cut into clients' index arrays
     (cutting every refused draw made a refusal at thousands of clients take minutes, in every worker)."""

@@ -237,6 +237,19 @@ def test_the_raw_files_are_read_not_processed_files_an_older_torchvision_left_be
     np.testing.assert_array_equal(data.y_test, y[60:])
 
 
+def test_one_processed_file_alone_is_ignored_as_torchvision_ignores_it_and_raw_is_read_in_place(tmp_path):
+    """torchvision reads `processed/` only when both of its files are there: one alone needs no copy of `raw/`."""
+    x, y = synthetic_images(80, (28, 28), seed=6)
+    write_mnist(tmp_path / "root", "MNIST", x[:60], y[:60], x[60:], y[60:])
+    processed = tmp_path / "root" / "MNIST" / "processed"
+    processed.mkdir()
+    torch.save((torch.zeros(7, 28, 28, dtype=torch.uint8), torch.zeros(7, dtype=torch.int64)),
+               processed / "training.pt")
+    data = load_dataset(dataset_cfg("mnist", tmp_path / "root", cache=str(tmp_path / "c")), seed=0)
+    np.testing.assert_array_equal(data.y_train, y[:60])
+    assert not (tmp_path / "c").exists()
+
+
 def test_missing_files_name_every_place_looked_and_both_ways_to_get_them(tmp_path):
     cfg = fl.compose(["dataset=fashion_mnist", f"dataset.root={tmp_path}",
                       f"dataset.system_dirs=[{tmp_path / 'sys1'},{tmp_path / 'sys2'}]"])
@@ -283,12 +296,14 @@ def test_corrupt_cifar_files_are_one_clear_error_not_torchvisions_trace(tiny_roo
     assert err.value.__suppress_context__ and "dataset.download=true" in str(err.value)
 
 
-def test_a_cut_cifar_batch_is_named_among_files_whose_md5_is_right(tiny, tmp_path):
-    """torchvision's error names no file: the one whose md5 is wrong is named, the others are not."""
+@pytest.mark.parametrize("name", ["data_batch_3", "batches.meta"])
+def test_a_cut_cifar_batch_is_named_among_files_whose_md5_is_right(tiny, tmp_path, name):
+    """torchvision's error names no file: the one whose md5 is wrong is named, the others are not (the label names'
+    file too, which torchvision checks apart from the batches)."""
     import shutil
 
     shutil.copytree(tiny / "cifar-10-batches-py", tmp_path / "cifar-10-batches-py")
-    cut = tmp_path / "cifar-10-batches-py" / "data_batch_3"
+    cut = tmp_path / "cifar-10-batches-py" / name
     cut.write_bytes(cut.read_bytes()[:-100])
     with pytest.raises(DatasetNotFoundError, match="could not be read") as err:
         load_dataset(dataset_cfg("cifar10", tmp_path), seed=0)

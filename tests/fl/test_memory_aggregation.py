@@ -237,6 +237,7 @@ def test_memory_with_unbiased_randk_at_half_or_less_is_refused_as_its_memories_d
     else:
         validate(fl.compose(settings))
     validate(fl.compose([*settings[:-1], "+compression.options.unbiased=false"]))  # biased: contracts, allowed
+    validate(fl.compose([*settings, "compression.client=false"]))  # the clients' updates are not compressed
 
 
 def test_memory_under_an_unmasked_linear_codec_is_allowed_as_each_client_decodes_its_own_message():

@@ -36,6 +36,13 @@ def test_shared_index_keys_leave_the_hash_of_a_run_without_masking_alone_and_nam
     assert config_hash(as_before) == _hash(*masked, "compression.fresh_summary=blocks")
 
 
+def test_a_cohort_run_keeps_the_hash_it_had_before_fl_aggregation_existed_and_a_memory_run_gets_its_own():
+    """Rows kept before the key existed must still be found (a rerun skips them): cohort is what they ran."""
+    before = as_dict(validate(fl.compose(["secagg=none"])))
+    del before["fl"]["aggregation"]
+    assert config_hash(before) == _hash() == _hash("fl.aggregation=cohort") != _hash("fl.aggregation=memory")
+
+
 def test_a_masked_run_hashes_only_the_keys_its_policy_and_summary_read():
     """Finished cells stay found when a key of another policy or summary moves: a randk run ignores the
     `fresh` summary's keys, marginals ignore the block size, a linear codec ignores the whole index policy."""

@@ -94,6 +94,23 @@ def test_a_duplicate_masked_input_is_refused():
         r.server.add(msg)
 
 
+def test_late_masked_inputs_are_counted_once_per_client():
+    inputs = random_inputs(IDS)
+    r = at_bundles()
+    late = []
+    for cid, bundle in r.bundles.items():
+        msg = r.clients[cid].masked_input(bundle, inputs[cid])
+        if cid in (3, 4):
+            late.append(msg)
+        else:
+            r.server.add(msg)
+    r.request = r.server.unmask_request()
+    for msg in late:
+        r.server.add(msg)
+    assert r.request.dropped == (3, 4) and r.server.late_ignored == 2
+    np.testing.assert_array_equal(r.unmask(), plain_sum(inputs, [0, 1, 2], LENGTH))
+
+
 def test_a_late_masked_input_from_a_dropped_client_is_ignored_and_counted():
     inputs = random_inputs(IDS)
     r = at_bundles()

@@ -163,6 +163,29 @@ def test_bad_cohorts_are_refused():
         make_round("nope", session, [0, 1], 10)
 
 
+@pytest.mark.parametrize("field", ["length", "threshold", "degree"])
+@pytest.mark.parametrize("value", [math.inf, math.nan])
+def test_an_infinite_or_nan_length_threshold_or_degree_is_refused_as_a_value_error(field, value):
+    """A ValueError naming the field, as for any other number that is not an integer (int() of inf overflows)."""
+    kw = {"length": 100, "threshold": 6, "degree": 10, field: value}
+    with pytest.raises(ValueError, match=field):
+        RoundConfig(session_id("run", 0, range(30)), tuple(range(30)), **kw)
+
+
+def test_a_session_binds_the_configuration_as_make_round_holds_it():
+    """Integral floats and numpy integers are taken by make_round as the integers they are: the session binds
+    those integers, rather than failing to pack a float."""
+    import numpy as np
+
+    ids = list(range(30))
+    want = session_id("run", 0, ids, protocol="secaggplus", length=100, threshold=6, degree=10)
+    assert session_id("run", 0, ids, protocol="secaggplus", length=100.0, threshold=6.0, degree=10.0) == want
+    assert session_id("run", 0, ids, protocol="secaggplus", length=np.int64(100), degree=np.int32(10),
+                      threshold=np.int16(6)) == want
+    assert session_id("run", 0, ids, protocol="secaggplus", length=100, degree=10.0) == \
+        session_id("run", 0, ids, protocol="secaggplus", length=100, degree=10)  # the default t from a float k
+
+
 def test_make_round_accepts_the_protocol_class_or_an_alias():
     ids = [0, 1, 2]
     session = session_id("run", 0, ids)

@@ -405,8 +405,9 @@ MEMORY_NOTE = ("EF `memory` (positions `..., memory`): fl.aggregation=memory, ea
 
 
 def _broadcast_only(policies: pd.Series) -> pd.Series:
-    """Lines whose codec compressed only the broadcast (as `_name_policy` names them): the server kept the error."""
-    return policies.astype(str).str.endswith(BROADCAST_ONLY)
+    """Lines whose codec compressed only the broadcast (as `_name_policy` names them, `, memory` after it): the server
+    kept the error."""
+    return policies.astype(str).str.removesuffix(MEMORY).str.endswith(BROADCAST_ONLY)
 
 
 def _has_broadcast_only(t: pd.DataFrame) -> bool:
@@ -523,9 +524,10 @@ def _environments_compared(t: pd.DataFrame) -> str:
 def _ef(line) -> str:
     """Who kept the error: the clients (`on`; `memory`: what the server holds of their updates), the server (a codec
     on the broadcast only) or nobody."""
-    if str(line.index_policy).endswith(MEMORY):
+    broadcast = str(line.index_policy).removesuffix(MEMORY).endswith(BROADCAST_ONLY)
+    if str(line.index_policy).endswith(MEMORY) and not broadcast:  # clients that send every entry keep nothing
         return "memory"
-    return "on" if line.error_feedback else "server" if str(line.index_policy).endswith(BROADCAST_ONLY) else "off"
+    return "on" if line.error_feedback else "server" if broadcast else "off"
 
 
 def _num(x: float, spec: str = ".4f") -> str:
@@ -570,8 +572,9 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     the same results share one line. The x ticks are the ratios run."""
     if "field_bits" not in runs:
         runs = runs.assign(field_bits=np.nan)
+    memory = _memory(runs["index_policy"]) & ~_broadcast_only(runs["index_policy"])  # clients kept memories
     base = runs[(runs["compression"] == "none") | ((runs["compression"] == "topk") &
-                                                   (runs["error_feedback"].astype(bool) | _memory(runs["index_policy"])))]
+                                                   (runs["error_feedback"].astype(bool) | memory))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
     lengths = base["rounds"].nunique() > 1
     base = base.assign(other=base["other"].fillna("") if "other" in base else "")

@@ -734,6 +734,30 @@ def test_a_codec_on_the_broadcast_only_is_named_so_with_the_server_keeping_its_e
 
 
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # errorbar is replaced: nothing to put in a legend
+def test_a_codec_on_the_broadcast_only_under_memory_aggregation_is_still_named_broadcast_only(tmp_path, monkeypatch):
+    """`, memory` goes last, after `, compressed broadcast`: read by its end alone, the line of dense uploads looked
+    like top-k's uploads, with clients said to keep memories of codec differences they never sent, and was drawn
+    as a top-k point in the ratio plot."""
+    config = _config()
+    config["fl"]["aggregation"] = "memory"
+    for name, codec, server in (("a", "topk", True), ("d", "none", False)):
+        rows = [dict(r, run_id=name, compression=codec, secagg="none", index_policy="dense", client_compression=False,
+                     server_compression=server, error_feedback=False, field_bits=np.nan)
+                for r in _rows(name, 0, 20, 0.7)]
+        _write_run(tmp_path, name, rows, config)
+    runs = report.per_run(report.load([str(tmp_path)])[0], 0.6)
+    t = report.table(runs[runs["compression"] == "topk"])
+    assert list(t["index_policy"]) == ["dense, compressed broadcast, memory"]
+    assert list(report.setting_names(t)) == ["topk 0.02 on the broadcast only"]
+    md = report.markdown(t, [], 0.6, "cmd")
+    assert "| topk | 0.02 | server | none | dense, compressed broadcast, memory |" in md and "`server` on a line" in md
+    drawn = []
+    monkeypatch.setattr(report.plt.Axes, "errorbar", lambda self, x, y, **kw: drawn.append(list(x)))
+    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    assert drawn == [[1.0]]  # the dense run alone
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # errorbar is replaced: nothing to put in a legend
 def test_a_run_under_memory_aggregation_is_named_so_and_its_ef_column_says_memory(tmp_path, monkeypatch):
     """Its clients keep memories, not residuals (error_feedback false in its rows): read as `off` and `no EF`, the
     line looked like top-k with nothing kept, and the ratio plot left it out."""

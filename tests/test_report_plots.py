@@ -733,6 +733,14 @@ def test_a_codec_on_the_broadcast_only_is_named_so_with_the_server_keeping_its_e
                                                "topk 0.02 on the broadcast only"]
 
 
+def test_a_masked_run_under_memory_aggregation_names_its_policy_its_summary_bits_then_memory(tmp_path):
+    config = _config(quant_bits=16)
+    config["compression"]["sketch_quant_bits"] = 8
+    config["fl"]["aggregation"] = "memory"
+    _write_run(tmp_path, "a", _rows("a", 0, 20, 0.7), config)
+    assert set(report.load([str(tmp_path)])[0]["index_policy"]) == {"fresh(marginals), summary 8 bits, memory"}
+
+
 @pytest.mark.filterwarnings("ignore:No artists with labels")  # errorbar is replaced: nothing to put in a legend
 def test_a_codec_on_the_broadcast_only_under_memory_aggregation_is_still_named_broadcast_only(tmp_path, monkeypatch):
     """`, memory` goes last, after `, compressed broadcast`: read by its end alone, the line of dense uploads looked

@@ -43,6 +43,18 @@ def test_a_cohort_run_keeps_the_hash_it_had_before_fl_aggregation_existed_and_a_
     assert config_hash(before) == _hash() == _hash("fl.aggregation=cohort") != _hash("fl.aggregation=memory")
 
 
+def test_codec_options_a_codec_does_not_take_or_of_an_unregistered_codec_stay_in_the_hash():
+    """Rows kept under a codec since removed (or an option it since dropped) still name their experiment: runs
+    that differed in the option keep apart, and hashing them does not fail."""
+    def with_options(name, **options):
+        cfg = as_dict(validate(fl.compose(["secagg=none"])))
+        cfg["compression"].update(name=name, options=options)
+        return config_hash(cfg)
+
+    assert with_options("gone", bits=8) != with_options("gone", bits=4)
+    assert with_options("topk", retired=1) != with_options("topk", retired=2) != with_options("topk")
+
+
 def test_a_masked_run_hashes_only_the_keys_its_policy_and_summary_read():
     """Finished cells stay found when a key of another policy or summary moves: a randk run ignores the
     `fresh` summary's keys, marginals ignore the block size, a linear codec ignores the whole index policy."""

@@ -73,7 +73,8 @@ def test_protocol_namespaces_say_whether_they_mask_and_over_which_graph():
 
 
 @pytest.mark.parametrize("cls,says", [(object, "no `masks` flag"), (type("Half", (), {"masks": True, "Client": object}),
-                                                                    "lacks a Client or Server class")])
+                                                                    "lacks a Client or Server class"),
+                                      (type("Truthy", (), {"masks": 1}), "no `masks` flag")])
 def test_a_class_that_is_not_a_protocol_is_refused_at_registration(cls, says):
     """Any object was taken, and failed later where the config or a round read its `masks`, `Client` or `Server`."""
     with pytest.raises(TypeError, match=says):

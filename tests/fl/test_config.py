@@ -611,6 +611,6 @@ def test_a_ray_address_ray_cannot_read_is_refused_naming_the_key(address):
 
 
 @pytest.mark.parametrize("address", ["auto", "127.0.0.1:6379", "head-node.example:6379", "ray://head:10001",
-                                     "[::1]:6379", "anyscale://my-cluster"])
+                                     "[::1]:6379", "anyscale://my-cluster", ""])
 def test_the_ray_addresses_ray_reads_are_taken(address):
     assert validate(fl.compose([f"ray.address='{address}'"])).ray.address == address  # quoted: [ ] is a list

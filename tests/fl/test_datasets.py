@@ -288,6 +288,19 @@ def test_missing_files_refuse_the_configuration_before_any_work(tmp_path, name):
     assert not results.exists()
 
 
+def test_mnist_files_torchvision_cannot_read_are_one_clear_error(tiny_root, monkeypatch):
+    """The md5 check behind the message reads CIFAR-10's lists; MNIST's classes have none, and must not fail it."""
+    import torchvision.datasets
+
+    def unreadable(self, *args, **kwargs):
+        raise RuntimeError("cannot read")
+
+    monkeypatch.setattr(torchvision.datasets.FashionMNIST, "__init__", unreadable)
+    root, _ = tiny_root
+    with pytest.raises(DatasetNotFoundError, match=r"could not be read \(RuntimeError: cannot read\)\. Replace"):
+        load_dataset(dataset_cfg("fashion_mnist", root), seed=0)
+
+
 def test_corrupt_cifar_files_are_one_clear_error_not_torchvisions_trace(tiny_root):
     """Without the fixture's checksums torchvision finds the md5 of every batch wrong: one error, context hidden."""
     root, _ = tiny_root

@@ -9,7 +9,7 @@ from __future__ import annotations
 import inspect
 import math
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -212,10 +212,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     except Exception as err:  # OmegaConf names the key on a later line, dropped here: put it first
         key, first = getattr(err, "full_key", ""), str(err).splitlines()[0]
         raise ConfigError(f"{key}: {first}" if key else first) from None
-    for key in SWITCHES if isinstance(plain, dict) else ():  # a hand-built or loaded config's own values
+    given = asdict(plain) if is_dataclass(plain) else plain  # a Config's fields hold what they were given: client=2
+    for key in SWITCHES if isinstance(given, dict) else ():  # a hand-built or loaded config's own values
         section, name = key.split(".")
-        if isinstance(plain.get(section), dict) and name in plain[section]:
-            check_switch(key, plain[section][name])
+        if isinstance(given.get(section), dict) and name in given[section]:
+            check_switch(key, given[section][name])
     c = typed
     try:
         c.compression.name = compression.canonical(c.compression.name)

@@ -578,6 +578,15 @@ def test_a_config_given_as_a_dict_refuses_a_number_other_than_0_or_1_given_to_a_
         validate(OmegaConf.create({"compression": {"client": 2}}))
 
 
+def test_a_config_given_as_the_dataclass_refuses_a_number_other_than_0_or_1_given_to_a_switch():
+    """validate takes a Config too, whose fields Python does not type-check: client=2 ran with client compression."""
+    from fl.config import CompressionConfig, Config
+
+    with pytest.raises(ConfigError, match="^compression.client is a switch: true or false, got 2$"):
+        validate(Config(compression=CompressionConfig(client=2)))
+    assert validate(Config(compression=CompressionConfig(client=0))).compression.client is False
+
+
 @pytest.mark.parametrize("value,means", [("true", True), ("0", False), ("1", True), ("no", False), ("on", True)])
 def test_a_switch_takes_true_false_0_1_and_omegaconfs_words(value, means):
     assert validate(fl.compose(["secagg=none", f"compression.client={value}"])).compression.client is means

@@ -131,15 +131,15 @@ def test_rows_kept_aside_under_this_runs_id_are_not_replaced_when_this_run_is_ki
 
 def test_a_file_written_whole_is_on_disk_before_it_replaces_the_old_one(tmp_path, monkeypatch):
     """Without an fsync before the rename, a power loss can keep the rename and lose the text (an empty
-    done.json or config.json in a finished run's folder)."""
+    done.json or config.json in a finished run's folder); the text must have left Python's buffer by then."""
     events = []
     real_fsync, real_replace = os.fsync, os.replace
-    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
-                                                  real_fsync(fd)))
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"),
+                                                                os.fstat(fd).st_size)), real_fsync(fd)))
     monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(a))), real_replace(a, b)))
     target = tmp_path / "done.json"
     target.write_text("old")
     results.write_atomic(target, '{"rounds": 3}')
     tmp = str(tmp_path / f"done.json.partial-{os.getpid()}")
-    assert events == [("fsync", tmp), ("replace", tmp)]
+    assert events == [("fsync", tmp, len('{"rounds": 3}')), ("replace", tmp)]
     assert target.read_text() == '{"rounds": 3}' and sorted(p.name for p in tmp_path.iterdir()) == ["done.json"]

@@ -206,22 +206,6 @@ def test_a_flag_column_read_as_numbers_other_than_0_and_1_stops_the_report_namin
     assert report.load([str(tmp_path)])[0]["error_feedback"].tolist() == [1, 0]
 
 
-def test_an_incomplete_run_is_listed_with_its_latest_attempts_error(tmp_path):
-    """Its failed-<run id>.txt files are ordered by when they were written, not by run id: an earlier error may
-    have been fixed since."""
-    import os
-
-    _write_run(tmp_path, "a", _rows("a", 0, 20, 0.7), _config())
-    (tmp_path / "b").mkdir()
-    for name, error, when in (("failed-zz.txt", "the earlier error", 1_000_000), ("failed-aa.txt", "the latest error",
-                                                                                   2_000_000)):
-        (tmp_path / "b" / name).write_text(error + "\n")
-        os.utime(tmp_path / "b" / name, (when, when))
-    rows, incomplete = report.load([str(tmp_path)])
-    md = report.markdown(report.table(report.per_run(rows, 0.6)), incomplete, 0.6, "cmd")
-    assert f"- `{tmp_path / 'b' / 'rounds.csv'}`: the latest error" in md and "the earlier error" not in md
-
-
 def test_last_5_averages_each_runs_last_five_evaluated_rounds_then_the_seeds():
     """The column where a final round's swing would mislead: rounds without an evaluation do not count."""
     rows = []

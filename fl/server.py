@@ -68,9 +68,10 @@ class ServerStep:
 
 class Memory:
     """fl.aggregation=memory: the weighted sum of every client's memory (what the server holds of its latest
-    update), built from the differences clients send, and the sum of their weights. Each round the server steps by
-    the mean over every client it has heard from, not only this round's cohort (MIFA, Gu et al. 2021): with 10 of
-    100 clients a round, an absent client's update keeps counting until it sends a newer one."""
+    update), built from the differences clients send, and the sum of their weights. Each round that sums an update
+    the server steps by the mean over every client it has heard from, not only this round's cohort (MIFA, Gu et al.
+    2021, which steps in empty rounds too): with 10 of 100 clients a round, an absent client's update keeps counting
+    until it sends a newer one."""
 
     def __init__(self, length: int):
         self.total = np.zeros(length, np.float64)

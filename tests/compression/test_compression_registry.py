@@ -99,3 +99,19 @@ def test_a_codec_module_reloaded_registers_its_new_class_under_its_name(tmp_path
     assert module.Mine is not first
     assert compression.get("mine_reloaded") is module.Mine and compression.get("MineProtocol") is module.Mine
     sys.modules.pop("mycodec_reloaded")
+
+
+def test_another_class_of_the_same_name_or_of_the_same_module_cannot_take_a_registered_name(monkeypatch):
+    """Only the same class defined again (same module and qualified name) takes a name over: a class named like
+    the incumbent in another module, or another class of the incumbent's module, is a different codec."""
+    from compression import registry
+
+    monkeypatch.setattr(registry, "_classes", dict(registry._classes))
+    monkeypatch.setattr(registry, "_canonical_of", dict(registry._canonical_of))
+    namesake = type("TopKCompression", (TopKCompression,), {"__module__": "someone_elses.topk"})
+    with pytest.raises(ValueError, match="already registered"):
+        compression.register("topk", namesake)
+    neighbour = type("TopKNeighbour", (TopKCompression,), {"__module__": TopKCompression.__module__})
+    with pytest.raises(ValueError, match="already registered"):
+        compression.register("topk", neighbour)
+    assert compression.get("topk") is TopKCompression

@@ -1,10 +1,10 @@
-"""ErrorFeedback: nothing a codec drops is lost, only delayed."""
+"""ErrorFeedback: nothing a codec drops is lost, only delayed; MemoryFeedback: the memory is what the server holds."""
 
 import numpy as np
 import pytest
 
 import compression
-from compression import ErrorFeedback, NoCompression, TopKCompression
+from compression import ErrorFeedback, MemoryFeedback, NoCompression, TopKCompression
 
 
 def test_sent_plus_final_residual_equals_sum_of_updates():
@@ -99,3 +99,65 @@ def test_a_residual_that_overflows_float32_is_refused_not_returned_as_inf():
     with np.errstate(over="raise"):  # and no numpy overflow warning escapes either
         with pytest.raises(ValueError, match="residual .* overflows float32"):
             ErrorFeedback(codec).encode(update, None)
+
+
+@pytest.mark.parametrize("name", compression.names())
+def test_every_codec_leaves_exactly_its_input_less_what_it_decodes_in_the_residual(name):
+    """The residual is what the server did not receive, for any codec ErrorFeedback wraps (unbiased ones too)."""
+    rng = np.random.default_rng(5)
+    codec = compression.get(name)(0.1)
+    update, residual = rng.standard_normal((2, 600)).astype(np.float32)
+    payload, new_residual = ErrorFeedback(codec).encode(update, residual)
+    corrected = update + residual
+    assert payload == codec.encode(corrected)
+    assert new_residual.dtype == np.float32
+    np.testing.assert_array_equal(new_residual, corrected - codec.decode(payload, 600))
+
+
+@pytest.mark.parametrize("name", compression.names())
+def test_every_codec_leaves_exactly_the_memory_plus_what_it_decodes_in_the_memory(name):
+    """MemoryFeedback sends the update less the memory; the new memory is what the server's sum now holds."""
+    rng = np.random.default_rng(6)
+    codec, feedback = compression.get(name)(0.1), MemoryFeedback(compression.get(name)(0.1))
+    update, memory = rng.standard_normal((2, 600)).astype(np.float32)
+    payload, first = feedback.encode(update, None)  # no memory yet: the update itself is encoded
+    assert payload == codec.encode(update)
+    np.testing.assert_array_equal(first, codec.decode(payload, 600))
+    payload, new_memory = feedback.encode(update, memory)
+    assert payload == codec.encode(update - memory)
+    assert new_memory.dtype == np.float32
+    np.testing.assert_array_equal(new_memory, memory + codec.decode(payload, 600))
+
+
+@pytest.mark.parametrize("feedback,held", [(ErrorFeedback, "residual"), (MemoryFeedback, "memory")])
+@pytest.mark.parametrize("length", [1, 9, 11])
+def test_a_residual_or_memory_of_another_length_is_refused_even_one_numpy_would_broadcast(feedback, held, length):
+    """A client's vector of length 1 would be broadcast over the update and sent as if it were the client's."""
+    with pytest.raises(ValueError, match=f"{held} has shape \\({length},\\), update has \\(10,\\)"):
+        feedback(TopKCompression(0.5)).encode(np.ones(10, np.float32), np.zeros(length, np.float32))
+
+
+@pytest.mark.parametrize("feedback", [ErrorFeedback, MemoryFeedback])
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_a_held_vector_of_another_dtype_counts_as_float32_and_the_new_one_is_float32(feedback, dtype):
+    """Workers keep residuals in compression.residual_dtype; a float64 one must not make the result float64."""
+    rng = np.random.default_rng(7)
+    update, held = rng.standard_normal(300).astype(np.float32), rng.standard_normal(300).astype(dtype)
+    payload, new = feedback(TopKCompression(0.1)).encode(update, held)
+    expected_payload, expected = feedback(TopKCompression(0.1)).encode(update, held.astype(np.float32))
+    assert new.dtype == np.float32 and payload == expected_payload
+    np.testing.assert_array_equal(new, expected)
+
+
+def test_a_memory_that_overflows_float32_is_refused_not_returned_as_inf():
+    """As for the residual: a count sketch's estimate of (update - memory) can carry another entry's mass, and
+    memory + estimate overflow. Refused, the caller drops this round's message and the client keeps its memory."""
+    memory = np.array([-1.9, 2.78, 1.81, -0.11, 1.88, 0.62, 0.93, 2.48], np.float32) * np.float32(1e38)
+    update = np.array([-2.61, 2.01, -0.71, -1.05, 2.96, 1.69, -0.09, -0.46], np.float32) * np.float32(1e38)
+    codec = compression.get("countsketch")(1.0, rows=1, cols_per_k=1.0)
+    decoded = codec.decode(codec.encode(update - memory), 8)
+    with np.errstate(over="ignore"):
+        assert not np.isfinite(memory + decoded).all()  # this input does overflow the memory
+    with np.errstate(over="raise"):  # and no numpy overflow warning escapes either
+        with pytest.raises(ValueError, match="memory .* overflows float32"):
+            MemoryFeedback(codec).encode(update, memory)

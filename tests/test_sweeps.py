@@ -130,6 +130,29 @@ def test_a_sweep_of_no_cells_is_refused_naming_the_key_swept_over_nothing(tmp_pa
     assert not results.exists()
 
 
+def test_a_sweep_its_experiment_makes_over_nothing_is_refused_too(tmp_path):
+    """An experiment's sweep (hydra.sweeper.params) is swept as the command line's is: an empty one runs no cells."""
+    results = tmp_path / "runs"
+    out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", "+experiment=quick",
+                          "hydra.sweeper.params.seed='range(0,0)'", f"results.dir={results}"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "the sweep has no cells; no values in: seed=range(0,0)" in out.stderr
+    assert not results.exists()
+
+
+def test_a_key_the_command_line_gives_values_is_swept_over_them_though_the_experiment_sweeps_it_over_nothing(
+        tmp_path):
+    """Hydra sweeps a key's last override, the command line's over the experiment's: the sweep has cells and runs."""
+    results = tmp_path / "runs"
+    out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", "+experiment=quick",
+                          "hydra.sweeper.params.seed='range(0,0)'", "seed=0", "compression.ratio=0.1",
+                          "compression.error_feedback=true", "secagg=none", "fl.rounds=1", f"results.dir={results}"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert len(list(results.rglob("rounds.csv"))) == 1
+
+
 @pytest.mark.parametrize("launcher", ["basic", "ray_cells", "submitit_local"])
 def test_a_cell_the_data_refuses_is_named_the_other_cells_run_and_the_sweep_exits_1(tmp_path, launcher):
     """A refusal only the data can make (more clients than samples) comes when its cell runs: it is printed, and the

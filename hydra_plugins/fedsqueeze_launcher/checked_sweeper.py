@@ -33,8 +33,9 @@ class CheckedSweeper(BasicSweeper):
         """A swept key with no values (a glob() that matches no option, an empty range()) makes a sweep of no cells,
         which Hydra launches and exits 0 on, as if it had run: exit 2 naming it, before anything is written."""
         parser = OverridesParser.create(config_loader=self.hydra_context.config_loader)
-        empty = [o.input_line for o in parser.parse_overrides(self._parse_config() + list(arguments))
-                 if o.is_discrete_sweep() and not list(o.sweep_string_iterator())]
+        # as in Hydra's split_arguments: a key's last override (the command line's, after the sweeper's params) counts
+        swept = {o.get_key_element(): o for o in parser.parse_overrides(self._parse_config() + list(arguments))}
+        empty = [o.input_line for o in swept.values() if o.is_discrete_sweep() and not list(o.sweep_string_iterator())]
         if empty:
             print("fedsqueeze: configuration refused: the sweep has no cells; no values in:", *empty,
                   file=sys.stderr)

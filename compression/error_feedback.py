@@ -39,7 +39,8 @@ class ErrorFeedback:
         (a decoded entry of the other sign near float32's limit: a count sketch's estimate, a rotation's)."""
         corrected, residual = _checked(update, residual, "residual")
         if residual is not None:
-            corrected = corrected + residual
+            with np.errstate(over="ignore"):  # an overflow is inf, which the codec refuses with its ValueError
+                corrected = corrected + residual
         payload = self.codec.encode(corrected)
         # Decoding what was sent (rather than trusting the codec's internals) gives exactly what the server sees.
         with np.errstate(over="ignore"):  # a decoded entry of the other sign near float32's limit: refused below
@@ -68,7 +69,8 @@ class MemoryFeedback:
         """(payload, new float32 memory); ValueError if the update or the new memory is not finite."""
         difference, memory = _checked(update, memory, "memory")
         if memory is not None:
-            difference = difference - memory
+            with np.errstate(over="ignore"):  # as in ErrorFeedback.encode
+                difference = difference - memory
         payload = self.codec.encode(difference)
         with np.errstate(over="ignore"):
             decoded = self.codec.decode(payload, difference.size)

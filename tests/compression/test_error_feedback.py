@@ -161,3 +161,14 @@ def test_a_memory_that_overflows_float32_is_refused_not_returned_as_inf():
     with np.errstate(over="raise"):  # and no numpy overflow warning escapes either
         with pytest.raises(ValueError, match="memory .* overflows float32"):
             MemoryFeedback(codec).encode(update, memory)
+
+
+@pytest.mark.parametrize("feedback", [ErrorFeedback, MemoryFeedback])
+def test_a_held_vector_that_overflows_the_input_is_refused_by_the_codec_without_a_numpy_warning(feedback):
+    """update + residual (or update - memory) beyond float32's range is Inf, which the codec refuses with its
+    ValueError; the overflow itself must not escape as numpy's warning first (an error where warnings are errors)."""
+    update = np.full(8, 3e38, np.float32)
+    held = update if feedback is ErrorFeedback else -update
+    with np.errstate(over="raise"):
+        with pytest.raises(ValueError, match="NaN or Inf"):
+            feedback(compression.get("topk")(0.5)).encode(update, held)

@@ -325,9 +325,14 @@ def _check_fits(have: dict, size: int, num_cpus: float, num_gpus: float) -> None
                                   ("GPU", num_gpus, "ray.num_gpus_per_worker")):
         need, total = size * float(per_worker), float(have.get(kind, 0.0))
         if need > total + 1e-9:
-            share = f"set {key}={_floor3(total / size):g} to share them, or " if total > 0 else ""
+            if total > 0:
+                fix = f"set {key}={_floor3(total / size):g} to share them, or lower ray.num_workers"
+            elif kind == "GPU":  # no pool size fits: even one worker asks for what this Ray lacks
+                fix = f"set {key}=0 (and device=cpu), or join a Ray that has GPUs"
+            else:
+                fix = "join a Ray that has CPUs"
             raise ConfigError(f"a pool of {size} workers with {key}={per_worker:g} needs {need:g} {kind}s and this "
-                              f"Ray has {total:g}, so some workers could never start: {share}lower ray.num_workers")
+                              f"Ray has {total:g}, so some workers could never start: {fix}")
 
 
 def _floor3(x: float) -> float:

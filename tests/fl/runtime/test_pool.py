@@ -234,6 +234,18 @@ def test_the_refusal_names_the_share_of_the_cores_that_fits():
         _check_fits({"CPU": 8.0, "GPU": 1.0}, 4, 1.0, 0.5)
 
 
+def test_a_pool_asking_for_gpus_a_ray_without_any_is_told_to_ask_for_none():
+    """With no GPU in the Ray no number of workers fits, so lowering ray.num_workers (the advice where some GPUs
+    are there to share) would not help: the refusal says to reserve none."""
+    from fl.errors import ConfigError
+    from fl.runtime.pool import _check_fits
+
+    with pytest.raises(ConfigError) as refusal:
+        _check_fits({"CPU": 2.0}, 1, 1.0, 0.5)
+    assert "set ray.num_gpus_per_worker=0 (and device=cpu)" in str(refusal.value)
+    assert "lower ray.num_workers" not in str(refusal.value)
+
+
 def test_a_worker_that_died_between_two_cells_is_replaced_when_the_pool_is_attached_again(ray_session):
     """A warm pool reused by the next cell: the death was seen only at attach, which raised ActorDiedError and
     failed the cell."""

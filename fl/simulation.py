@@ -307,4 +307,10 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
         print(f"fedsqueeze: warning: no round applied an update (in {int((emptied & ~aborted).sum())} of {len(rows)} "
               "every client's update was rejected or lost, the others aborted), so the model is the initial one; "
               "the dropped and rejected columns (and the log's `rejected` lines) say why", file=sys.stderr)
+    loss = rows[-1].get("loss")
+    if loss is not None and not np.isfinite(loss):  # finite weights whose outputs overflow: Diverged never fires
+        print(f"fedsqueeze: warning: the final model's test loss is {loss}: its outputs overflow float32, so the run "
+              "diverged though its weights stayed finite (its accuracy is that of non-finite outputs); the rejected "
+              "column counts the non-finite client updates that followed. Lower fl.lr or fl.server_lr, or bound "
+              "updates with fl.max_update_norm", file=sys.stderr)
     return log.read()

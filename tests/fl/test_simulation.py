@@ -475,6 +475,16 @@ def test_a_run_whose_every_round_aborted_says_so_when_it_ends(tmp_path, capsys):
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_run_whose_final_loss_is_not_finite_says_so_when_it_ends(tmp_path, capsys):
+    """A server step of 1e30 leaves the weights finite (so no Diverged) but their outputs overflow: the loss is NaN
+    and every later update is refused, yet round 0 applied one, so no other warning fires."""
+    rows = small(tmp_path, "secagg=none", "compression=none", "fl.server_lr=1e30", "fl.rounds=2")
+    assert rows["loss"].isna().all() and rows["rejected"].iloc[-1] == rows["clients_per_round"].iloc[-1]
+    assert "warning: the final model's test loss is nan: its outputs overflow float32" in capsys.readouterr().err
+    small(tmp_path / "fine", "secagg=none", "compression=none", "fl.rounds=2")
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_a_run_whose_every_update_was_rejected_says_so_when_it_ends(tmp_path, capsys):
     """Local SGD at lr 1e20 overflows: every update is non-finite and refused, so no round applies one, and
     no round aborts either (plain rounds go on without refused updates): the run ended with no warning."""

@@ -485,6 +485,20 @@ def test_a_run_whose_final_loss_is_not_finite_says_so_when_it_ends(tmp_path, cap
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_run_whose_last_rounds_refused_every_update_says_so_when_it_ends(tmp_path, capsys):
+    """Local SGD at lr 5 diverges after two rounds: from then on every update is non-finite and refused, the loss
+    stays finite and earlier rounds applied updates, so neither of the other warnings fires; the final model is
+    round 1's and the run must say so."""
+    rows = small(tmp_path, "secagg=none", "compression=none", "fl.lr=5", "fl.rounds=6", "fl.num_clients=5",
+                 "fl.clients_per_round=5")
+    assert rows["rejected"].tolist() == [0, 0, 5, 5, 5, 5] and rows["loss"].map(np.isfinite).all()
+    err = capsys.readouterr().err
+    assert "warning: the last 4 of 6 rounds applied no update: every client's update that arrived was refused" in err
+    assert "the final model is round 1's" in err and "no round applied an update" not in err
+    small(tmp_path / "fine", "secagg=none", "compression=none", "fl.rounds=2")
+    assert "warning" not in capsys.readouterr().err
+
+
 def test_a_run_whose_every_update_was_rejected_says_so_when_it_ends(tmp_path, capsys):
     """Local SGD at lr 1e20 overflows: every update is non-finite and refused, so no round applies one, and
     no round aborts either (plain rounds go on without refused updates): the run ended with no warning."""

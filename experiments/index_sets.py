@@ -10,9 +10,10 @@ rounds and, at a few of them, measures, one round at a time (no error feedback):
 
 `marginals` estimates the summed squares of each weight matrix by a rank-one matrix. Two rows ask whether its
 estimate finds the right entries but ranks them wrongly: a third masked exchange of the exact summed squares at its
-top 2k or 3k entries, the top k of which is the set. Two more ask what a better low-rank estimate would buy: the best rank-r approximation of the exact summed squares (an SVD: a bound on any
-summary of that rank, not itself a summary), and a two-sided random sketch of them (Tropp et al. 2017), which
-is linear in the squares and so could be masked as `marginals` is. The last rows ask whether a low-rank linear
+top 2k or 3k entries, the top k of which is the set. Two more ask what a better low-rank estimate would buy: the
+best rank-r approximation of the exact summed squares (an SVD: a bound on any summary of that rank, not itself a
+summary), and a two-sided random sketch of them (Tropp et al. 2017), which is linear in the squares and so could
+be masked as `marginals` is. The last rows ask whether a low-rank linear
 codec would do better than any index set: each weight matrix's share of the update projected on a rank-r subspace
 shared by the cohort (PowerSGD's, Vogels et al. 2019: one masked exchange sums P = M Q for a public random Q, a
 second sums M^T P after P is orthonormalized; both are linear, so both could be masked), its numbers counted.
@@ -90,7 +91,8 @@ class CandidateEnergy:
     summed squares the clients then mask (c k cells); the top k of those is the set. `cols` counts both tables."""
 
     def __init__(self, shapes, k: int, c: int):
-        self.marginals, self.candidates = Marginals(shapes), min(c * k, Marginals(shapes).length)
+        self.marginals = Marginals(shapes)
+        self.candidates = min(c * k, self.marginals.length)
         self.cols = self.marginals.cols + self.candidates
 
     def sketch(self, vector: np.ndarray) -> np.ndarray:  # both tables; the energies are read at the candidates only

@@ -404,10 +404,14 @@ MEMORY_NOTE = ("EF `memory` (positions `..., memory`): fl.aggregation=memory, ea
                "every client's memory it held, not of the round's cohort. ")
 
 
-def _broadcast_only(policies: pd.Series) -> pd.Series:
-    """Lines whose codec compressed only the broadcast (as `_name_policy` names them, `, memory` after it): the server
+def _is_broadcast_only(policy) -> bool:
+    """A line whose codec compressed only the broadcast (as `_name_policy` names it, `, memory` after it): the server
     kept the error."""
-    return policies.astype(str).str.removesuffix(MEMORY).str.endswith(BROADCAST_ONLY)
+    return str(policy).removesuffix(MEMORY).endswith(BROADCAST_ONLY)
+
+
+def _broadcast_only(policies: pd.Series) -> pd.Series:
+    return policies.map(_is_broadcast_only).astype(bool)
 
 
 def _has_broadcast_only(t: pd.DataFrame) -> bool:
@@ -524,7 +528,7 @@ def _environments_compared(t: pd.DataFrame) -> str:
 def _ef(line) -> str:
     """Who kept the error: the clients (`on`; `memory`: what the server holds of their updates), the server (a codec
     on the broadcast only) or nobody."""
-    broadcast = str(line.index_policy).removesuffix(MEMORY).endswith(BROADCAST_ONLY)
+    broadcast = _is_broadcast_only(line.index_policy)
     if str(line.index_policy).endswith(MEMORY) and not broadcast:  # clients that send every entry keep nothing
         return "memory"
     return "on" if line.error_feedback else "server" if broadcast else "off"

@@ -100,22 +100,27 @@ def test_a_masked_round_of_returning_clients_sums_no_weight_and_is_still_applied
     assert server.memory.weight == pytest.approx(8.0, abs=8 * server.plan.max_weight / (2**15 - 1))
 
 
+def _worker_1_dies(monkeypatch, before_round: int) -> None:
+    """Worker 1 is replaced at the start of round `before_round` and then holds what a fresh worker holds: nothing."""
+    calls = []
+
+    def revive(self):
+        calls.append(1)
+        if len(calls) != before_round + 1:
+            return []
+        self.workers[1].residuals.clear()
+        self.workers[1].staged = {}
+        return [1]
+
+    monkeypatch.setattr(InlinePool, "revive", revive)
+
+
 @pytest.mark.parametrize("secagg", ["none", "dh"])
 def test_a_worker_death_resets_the_sum_and_every_memory_so_that_they_stay_equal(tmp_path, captured, monkeypatch,
                                                                                  secagg):
     """The dead worker's clients lost their memories, which the server's sum holds and cannot take out: both
     restart, and the run says so. Three workers, the middle one dead: the workers on either side must forget."""
-    calls = []
-
-    def revive(self):
-        calls.append(1)
-        if len(calls) != 4:
-            return []
-        self.workers[1].residuals.clear()  # what a fresh worker holds
-        self.workers[1].staged = {}
-        return [1]
-
-    monkeypatch.setattr(InlinePool, "revive", revive)
+    _worker_1_dies(monkeypatch, before_round=3)
     rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, f"secagg={secagg}", "ray.num_workers=3"]))
     server, workers = captured["servers"][0], captured["workers"]
     held = _check_sum(server, workers)
@@ -173,13 +178,7 @@ def test_a_masked_round_under_memory_steps_every_entry_by_the_mean_of_all_memori
 
 def test_a_worker_replaced_before_any_memory_was_summed_resets_nothing(tmp_path, monkeypatch):
     """Before round 0 the sum holds no memory: the run must not report a reset that discarded none."""
-    calls = []
-
-    def revive(self):
-        calls.append(1)
-        return [1] if len(calls) == 1 else []
-
-    monkeypatch.setattr(InlinePool, "revive", revive)
+    _worker_1_dies(monkeypatch, before_round=0)
     fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=none"]))
     done = json.loads(next(tmp_path.glob("*/done.json")).read_text())
     assert done["workers_replaced"] == [[0, [1]]] and "memory_resets" not in done
@@ -188,16 +187,7 @@ def test_a_worker_replaced_before_any_memory_was_summed_resets_nothing(tmp_path,
 def test_after_a_memory_reset_a_worker_not_called_since_holds_no_bytes_in_the_rows_state(tmp_path, monkeypatch):
     """Worker 1 dies before round 4, whose clients are on workers 1 and 2 only: worker 0's memories were discarded
     by the reset, so the row's state_bytes must not count its last report."""
-    calls = []
-
-    def revive(self):
-        calls.append(1)
-        if len(calls) != 5:
-            return []
-        self.workers[1].residuals.clear()  # what a fresh worker holds
-        return [1]
-
-    monkeypatch.setattr(InlinePool, "revive", revive)
+    _worker_1_dies(monkeypatch, before_round=4)
     rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=none", "fl.clients_per_round=3",
                               "ray.num_workers=3"]))
     assert {c % 3 for c in fl.seeds.cohort(0, 4, 30, 3)} == {1, 2}  # the setting's premise

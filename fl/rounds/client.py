@@ -101,9 +101,23 @@ def keep_residual(worker, cid: int, residual: np.ndarray) -> None:
     worker.residuals[cid] = residual.astype(dtype, copy=False)
 
 
+def restore_refused(worker, unsummed: dict[int, list[int]]) -> None:
+    """Under fl.aggregation=memory a plain round's sender keeps its new memory at once and holds its old one until
+    its worker is next called; a client whose update the server refused in that round (`unsummed`, per round)
+    takes the old one back, so that its memory stays what the server's sum holds of it."""
+    for cid in unsummed.get(worker.replaced_round, ()):
+        if cid in worker.replaced:
+            old = worker.replaced[cid]
+            if old is None:
+                worker.residuals.pop(cid, None)
+            else:
+                worker.residuals[cid] = old
+    worker.replaced = {}
+
+
 def forget_memories(worker, t: dict):
     """Client step under fl.aggregation=memory, after a worker died with its clients' memories: the server's sum
     no longer equals what clients hold, so it is reset and every client starts again from no memory."""
     worker.residuals.clear()
-    worker.staged, worker.held = {}, {}
+    worker.staged, worker.held, worker.replaced = {}, {}, {}
     return iter(())

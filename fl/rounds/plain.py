@@ -9,7 +9,7 @@ from tqdm import tqdm
 
 import compression
 from fl import wire
-from fl.rounds.client import keep_residual, sync, timed_train
+from fl.rounds.client import keep_residual, restore_refused, sync, timed_train
 from fl.rounds.exchange import WORKER_DIED, Tally, exchange
 
 # A worker trains this many bytes' worth of clients (their float32 updates) before it encodes their
@@ -19,8 +19,11 @@ ENCODE_BATCH_BYTES = 4 << 20
 
 # --- client half: run by a worker for its clients -----------------------------------------------
 
-def client_round(worker, broadcast: bytes, round: int, clients: list[int], catchup: bytes | None, t: dict):
-    """Train each client and yield (client id, ClientUpdate bytes, or None if it is not sent)."""
+def client_round(worker, broadcast: bytes, round: int, clients: list[int], catchup: bytes | None,
+                 unsummed: dict[int, list[int]], t: dict):
+    """Train each client and yield (client id, ClientUpdate bytes, or None if it is not sent). `unsummed`: per
+    round, the clients whose update the server refused (under fl.aggregation=memory they take back their memory)."""
+    restore_refused(worker, unsummed)
     t["t_sync"] += sync(worker, broadcast, round, catchup)
     batch = max(1, ENCODE_BATCH_BYTES // (4 * worker.plan.length))
     for start in range(0, len(clients), batch):
@@ -34,12 +37,17 @@ def encode_updates(worker, trained: list[tuple[int, np.ndarray, int]], round: in
     for cid, update, n in trained:
         t1 = time.perf_counter()
         try:
+            residual = None
             if plan.error_feedback or plan.memory:
                 payload, residual = worker.feedback.encode(update, worker.residuals.get(cid))
-                keep_residual(worker, cid, residual)
             else:
                 payload = plan.client_codec.encode(update)
             message = wire.encode_update(round, cid, plan.client_codec.name, plan.length, float(n), payload)
+            if residual is not None:
+                if plan.memory:  # the old memory, until the server is known to have summed this update
+                    worker.replaced[cid] = worker.residuals.get(cid)
+                    worker.replaced_round = round
+                keep_residual(worker, cid, residual)
         except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
             message = None
         t["t_encode"] += time.perf_counter() - t1
@@ -97,7 +105,7 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
     calls = {}
     for w, clients in by_worker.items():
         ref, catchup = delivery.to(w)
-        calls[w] = (ref, r, clients, catchup)
+        calls[w] = (ref, r, clients, catchup, server.unsummed)
     codec = server.plan.client_codec
     agg = PlainAggregator(r, length, codec, _payload_bound(codec, length))
     # a bound per message: dense is 4 bytes an entry, and top-k's bitmap near ratio 1 adds n/8
@@ -114,6 +122,8 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
         except ValueError as err:
             tally.row["rejected"] += 1
             tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
+            if server.memory is not None:  # its client kept a memory the sum does not hold: it takes it back
+                server.unsummed.setdefault(r, []).append(cid)
     tally.timed("t_aggregate", server.apply_plain, agg)  # the mean and its step: the server's side too
 
 

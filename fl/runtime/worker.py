@@ -81,6 +81,8 @@ class Worker:
         self.held: dict[int, tuple[np.ndarray, float]] = {}  # `fresh`: updates between its two exchanges
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
         self.staged_round = -1
+        self.replaced: dict[int, np.ndarray | None] = {}  # memory: a plain round's senders' old memories (or None)
+        self.replaced_round = -1
         self.feedback = (compression.MemoryFeedback if p.memory else compression.ErrorFeedback)(p.client_codec)
         self.policy = p.index_policy()  # public: a worker needs only its sketch hashes
         self.linear_cells = p.linear.table_size(p.length) if p.linear is not None else 0

@@ -32,10 +32,14 @@ def captured(monkeypatch):
 
 def _memories(server, workers) -> dict:
     """Every client's memory as the server's sum holds it: a masked round's staged memories count once that round
-    was applied with the client's values in its sum (they are kept at the worker's next masked round)."""
+    was applied with the client's values in its sum (they are kept at the worker's next masked round); a plain
+    round's refused sender takes its old memory back at its worker's next call."""
     held = {}
     for worker in workers:
         held.update(worker.residuals)
+        for cid in server.unsummed.get(worker.replaced_round, ()):
+            if cid in worker.replaced:
+                held.pop(cid) if worker.replaced[cid] is None else held.update({cid: worker.replaced[cid]})
         if worker.plan.masked and worker.staged_round not in server.aborted_rounds:
             refused = set(server.unsummed.get(worker.staged_round, ()))
             held.update({c: m for c, m in worker.staged.items() if c not in refused})
@@ -89,6 +93,28 @@ def test_a_client_that_refuses_its_update_keeps_its_memory_and_the_sum_leaves_it
     rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh"]))
     assert rows["rejected"].iloc[2:].sum() > 0
     _check_sum(captured["servers"][0], captured["workers"])
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["mid-run", "last-round"])
+def test_a_plain_update_the_server_refuses_leaves_its_client_with_the_memory_the_sum_holds(tmp_path, captured,
+                                                                                         monkeypatch, last):
+    """A truncated message: the server refuses it, and its client takes its old memory back (or none, if it had
+    none) when its worker is next called. `last`: refused in the last round, still to be taken back."""
+    encode, cut = fl.wire.encode_update, []
+
+    def truncated(round, cid, *a):
+        message = encode(round, cid, *a)
+        if cid % 4 == 1 and (round == 5 if last else round in (2, 3)):
+            cut.append(cid)
+            return message[:-3]
+        return message
+
+    monkeypatch.setattr(fl.wire, "encode_update", truncated)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=none"]))
+    server = captured["servers"][0]
+    assert rows["rejected"].sum() == len(cut) > 0
+    assert sorted(c for cs in server.unsummed.values() for c in cs) == sorted(cut)
+    _check_sum(server, captured["workers"])
 
 
 def test_a_masked_round_of_returning_clients_sums_no_weight_and_is_still_applied(tmp_path, captured):

@@ -34,33 +34,36 @@ def need(monkeypatch):
     return seen
 
 
-@pytest.mark.parametrize("dtype,extra", [("float32", ()), ("float16", ()),
-                                         ("float32", ("fl.aggregation=memory", "compression=none"))],
-                         ids=["float32", "float16", "memory-dense"])
-def test_the_estimate_is_the_state_the_run_reports_at_its_last_round(tmp_path, need, dtype, extra, capsys):
-    """20 clients, 4 a round for 4 rounds: the clients sampled at least once keep a residual each, on worker cid % 2
-    (under fl.aggregation=memory a memory, also without compression)."""
-    rows = run(tmp_path, f"compression.residual_dtype={dtype}", *extra)
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_estimate_is_the_state_the_run_reports_at_its_last_round(tmp_path, need, dtype, capsys):
+    """20 clients, 4 a round for 4 rounds: the clients sampled at least once keep a residual each, on worker
+    cid % 2."""
+    rows = run(tmp_path, f"compression.residual_dtype={dtype}")
     (total, largest, clients), = need["need"]
     each = rows["n_params"].iloc[0] * (4 if dtype == "float32" else 2)
     assert total == rows["state_bytes"].iloc[-1] and total % each == 0 and 4 * each < total < 16 * each
     assert largest == max(need["held"].values()) and set(need["held"]) == {0, 1}
     out = capsys.readouterr()
-    kept = "memories" if extra else "residuals"
-    assert clients == total // each and f"{clients} clients' {dtype} {kept} will reach {total / 1e6:,.1f} MB" in out.out
+    assert clients == total // each
+    assert f"{clients} clients' {dtype} residuals will reach {total / 1e6:,.1f} MB" in out.out
     assert "warning" not in out.err
 
 
-@pytest.mark.parametrize("policy, dtype", [("sketch", "float16"), ("fresh", "float32")])
-def test_a_masked_runs_estimate_holds_its_rounds_staged_residuals_beside_the_kept_ones(tmp_path, monkeypatch, policy,
-                                                                                      dtype):
+@pytest.mark.parametrize("setting, dtype", [(("compression.index_policy=sketch",), "float16"),
+                                            (("compression.index_policy=fresh",), "float32"),
+                                            (("secagg=none", "fl.aggregation=memory", "compression=none"), "float32")],
+                         ids=["masked-sketch", "masked-fresh", "memory-dense"])
+def test_a_runs_estimate_holds_its_rounds_second_copies_beside_the_kept_residuals(tmp_path, monkeypatch, setting,
+                                                                                  dtype):
     """Every client in every round: a masked round stages each client's new residual (float32, held first under
-    `fresh`) beside the one it keeps, twice (three times in float16) the residuals the estimate counted."""
+    `fresh`) beside the one it keeps, twice (three times in float16) the residuals the estimate counted; a plain
+    round under fl.aggregation=memory holds each sender's old memory beside its new one (also without compression)."""
     peaks, needs = {}, []
     original_need, original_stats = sim.residual_need, Worker.stats
 
-    def stats(self):  # called once a round's residuals are staged (fresh: held), before they are kept
+    def stats(self):  # called once a round's residuals are staged (fresh: held; memory: replaced), before they are kept
         held = sum(c.nbytes for c, _ in self.held.values()) + sum(r.nbytes for r in self.staged.values())
+        held += sum(r.nbytes for r in self.replaced.values() if r is not None)
         peaks[self.worker_id] = max(peaks.get(self.worker_id, 0), held + sum(r.nbytes for r in self.residuals.values()))
         return original_stats(self)
 
@@ -68,7 +71,7 @@ def test_a_masked_runs_estimate_holds_its_rounds_staged_residuals_beside_the_kep
     monkeypatch.setattr(Worker, "stats", stats)
     fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "compression.ratio=0.1",
                        "fl.num_clients=10", "fl.clients_per_round=10", "fl.rounds=3", "ray.num_workers=2",
-                       f"compression.index_policy={policy}", f"compression.residual_dtype={dtype}"]))
+                       *setting, f"compression.residual_dtype={dtype}"]))
     (total, largest, clients), = needs
     assert (total, largest, clients) == (sum(peaks.values()), max(peaks.values()), 10)
 

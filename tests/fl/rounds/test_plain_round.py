@@ -94,9 +94,9 @@ def test_encoding_a_batch_of_trained_clients_sends_the_same_messages_and_residua
     for r in range(2):
         broadcast = broadcaster.encode(r, weights)
         monkeypatch.setattr(plain, "ENCODE_BATCH_BYTES", 1)  # one client a batch
-        single, _ = one_at_a_time.run(plain.client_round, broadcast, r, list(range(6)), None)
+        single, _ = one_at_a_time.run(plain.client_round, broadcast, r, list(range(6)), None, {})
         monkeypatch.setattr(plain, "ENCODE_BATCH_BYTES", 4 * length * 4)  # four clients, then two
-        together, _ = batched.run(plain.client_round, broadcast, r, list(range(6)), None)
+        together, _ = batched.run(plain.client_round, broadcast, r, list(range(6)), None, {})
         assert single == together and all(m is not None for _, m in single)
         assert sizes == [1] * 6 + [4, 2]
         sizes.clear()

@@ -134,7 +134,7 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
 
     data, plan = _digits_plan()
     broadcast = Broadcaster(plan).encode(0, np.zeros(plan.length, np.float32))
-    nobody = (broadcast, 0, [], None)  # a round's step for no client: only the worker's timings come back
+    nobody = (broadcast, 0, [], None, {})  # a round's step for no client: only the worker's timings come back
     pool = RayPool("cpu", 2, 1.0, 0.0)
     try:
         pool.attach(data, plan)
@@ -143,7 +143,7 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
         replies = pool.call(plain.client_round, {0: nobody, 1: nobody})
         assert replies[0] is None and replies[1] == ([], replies[1][1]) and replies[1][1]["state_bytes"] == 0
         pool.dead.clear()
-        streamed = pool.stream(plain.client_round, {0: (b"", 0, [0], None)})  # a streaming call to the dead actor
+        streamed = pool.stream(plain.client_round, {0: (b"", 0, [0], None, {})})  # a streaming call to the dead actor
         assert list(streamed[0]) == [None] and pool.dead == {0}
         assert pool.revive() == [0]
         assert pool.call(plain.client_round, {0: nobody})[0] is not None
@@ -261,7 +261,7 @@ def test_a_worker_that_died_between_two_cells_is_replaced_when_the_pool_is_attac
         pool.attach(data, plan)  # the next cell
         assert pool.dead == set() and set(pool._shared) == {0}  # the fresh worker 1 replies through Ray
         assert pool.revive() == []  # replaced before the new run's first round: its server has nothing to forget
-        replies = pool.call(plain.client_round, {0: (broadcast, 0, [], None), 1: (broadcast, 0, [], None)})
+        replies = pool.call(plain.client_round, {0: (broadcast, 0, [], None, {}), 1: (broadcast, 0, [], None, {})})
         assert replies[0] is not None and replies[1] is not None
     finally:
         pool.close()

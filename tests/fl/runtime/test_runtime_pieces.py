@@ -287,8 +287,8 @@ def test_a_worker_attached_again_keeps_replying_through_the_buffer_the_driver_ma
         assert reader.attach(0, probe, b"token")
         w.attach(load_dataset(config.dataset, config.seed), plan)  # the next cell
         broadcast = Broadcaster(plan).encode(0, np.zeros(plan.length, np.float32))
-        packed, _ = w.run(plain.client_round, broadcast, 0, [0, 1], None, packed=True)
-        plain_reply, _ = w.run(plain.client_round, broadcast, 0, [0, 1], None)
+        packed, _ = w.run(plain.client_round, broadcast, 0, [0, 1], None, {}, packed=True)
+        plain_reply, _ = w.run(plain.client_round, broadcast, 0, [0, 1], None, {})
         assert reader.unpack(0, packed) == plain_reply
     finally:
         w.close_replies()

@@ -310,17 +310,24 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
               "every client's update was rejected or lost, the others aborted), so the model is the initial one; "
               "the dropped and rejected columns (and the log's `rejected` lines) say why", file=sys.stderr)
     loss = rows[-1].get("loss")
-    # the last rounds in which every update that arrived was refused: a diverged local training sends none finite
-    refused = (emptied & ~aborted & (frame["rejected"] > 0)).to_numpy()
-    stalled = int(np.argmin(refused[::-1])) if not refused.all() else len(refused)  # the first False from the end
+    # the last rounds that applied nothing: every update that arrived was refused (a diverged local training sends
+    # none finite), or a masked round aborted (a client whose update is not finite leaves the round)
+    refused = emptied & ~aborted & (frame["rejected"] > 0)
+    idle = (refused | aborted).to_numpy()
+    stalled = int(np.argmin(idle[::-1])) if not idle.all() else len(idle)  # the first False from the end
     if loss is not None and not np.isfinite(loss):  # finite weights whose outputs overflow: Diverged never fires
         print(f"fedsqueeze: warning: the final model's test loss is {loss}: its outputs overflow float32, so the run "
               "diverged though its weights stayed finite (its accuracy is that of non-finite outputs); the rejected "
               "column counts the non-finite client updates that followed. Lower fl.lr or fl.server_lr, or bound "
               "updates with fl.max_update_norm", file=sys.stderr)
     elif 0 < stalled < len(rows) and not (aborted | emptied).all():
-        print(f"fedsqueeze: warning: the last {stalled} of {len(rows)} rounds applied no update: every client's update "
-              "that arrived was refused (the log's `rejected` lines say why; a non-finite one is a local training that "
-              f"diverged), so the final model is round {len(rows) - stalled - 1}'s. Lower fl.lr or fl.server_lr, or "
-              "bound updates with fl.max_update_norm", file=sys.stderr)
+        last = frame.iloc[len(rows) - stalled:]
+        why = [f"{n} aborted below the threshold (the dropped_* and rejected columns say which clients were lost)"
+               for n in [int(last["aborted"].astype(bool).sum())] if n]
+        why += [f"in {n} every client's update that arrived was refused (the log's `rejected` lines say why)"
+                for n in [int(refused.iloc[len(rows) - stalled:].sum())] if n]
+        advice = (" A non-finite update is a local training that diverged: lower fl.lr or fl.server_lr, or bound "
+                  "updates with fl.max_update_norm" if last["rejected"].sum() > 0 else "")
+        print(f"fedsqueeze: warning: the last {stalled} of {len(rows)} rounds applied no update ({'; '.join(why)}), "
+              f"so the final model is round {len(rows) - stalled - 1}'s.{advice}", file=sys.stderr)
     return log.read()

@@ -493,10 +493,24 @@ def test_a_run_whose_last_rounds_refused_every_update_says_so_when_it_ends(tmp_p
                  "fl.clients_per_round=5")
     assert rows["rejected"].tolist() == [0, 0, 5, 5, 5, 5] and rows["loss"].map(np.isfinite).all()
     err = capsys.readouterr().err
-    assert "warning: the last 4 of 6 rounds applied no update: every client's update that arrived was refused" in err
-    assert "the final model is round 1's" in err and "no round applied an update" not in err
+    assert "warning: the last 4 of 6 rounds applied no update (in 4 every client's update that arrived was " in err
+    assert "the final model is round 1's" in err and "no round applied an update" not in err and "aborted" not in err
+    assert "lower fl.lr" in err
     small(tmp_path / "fine", "secagg=none", "compression=none", "fl.rounds=2")
     assert "warning" not in capsys.readouterr().err
+
+
+def test_a_masked_run_whose_last_rounds_aborted_says_so_when_it_ends(tmp_path, capsys, monkeypatch):
+    """Under masking a client whose update is not finite leaves the round: local trainings that diverge from round 2
+    on abort the last rounds below the threshold instead, and the final model is again round 1's."""
+    train = Worker.train
+    monkeypatch.setattr(Worker, "train", lambda self, cid, r: (lambda u, n: (u * np.float32(np.nan if r >= 2 else 1),
+                                                                              n))(*train(self, cid, r)))
+    rows = small(tmp_path, "secagg=dh", "fl.rounds=6", "fl.num_clients=5", "fl.clients_per_round=5")
+    assert rows["aborted"].tolist() == [False, False, True, True, True, True]
+    err = capsys.readouterr().err
+    assert "warning: the last 4 of 6 rounds applied no update (4 aborted below the threshold" in err
+    assert "the final model is round 1's" in err and "lower fl.lr" in err and "every round aborted" not in err
 
 
 def test_a_run_whose_every_update_was_rejected_says_so_when_it_ends(tmp_path, capsys):

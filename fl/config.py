@@ -6,10 +6,11 @@ names, ratio range, fixed-point overflow) and runs before a single row is writte
 """
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
-from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from dataclasses import MISSING, asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -138,9 +139,18 @@ def register_schema() -> None:
 
 # The true/false keys. OmegaConf reads any integer given one as a bool (compression.client=2 is true, -1 too), so
 # the values given are checked before they reach the schema (check_switches).
-SWITCHES = {f"{section}.{f.name}" for section, schema in (("fl", FLConfig), ("dataset", DatasetConfig),
-                                                           ("compression", CompressionConfig))
-            for f in fields(schema) if f.type == "bool"}
+def _switches(schema, prefix: str = "") -> set[str]:
+    """Every true/false key of the schema, sections included: a switch added anywhere is checked."""
+    found = set()
+    for f in fields(schema):
+        if f.type == "bool":
+            found.add(prefix + f.name)
+        elif f.default_factory is not MISSING and is_dataclass(f.default_factory):
+            found |= _switches(f.default_factory, f"{prefix}{f.name}.")
+    return found
+
+
+SWITCHES = _switches(Config)
 
 
 def check_switch(key: str, value: Any) -> None:
@@ -214,9 +224,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"{key}: {first}" if key else first) from None
     given = asdict(plain) if is_dataclass(plain) else plain  # a Config's fields hold what they were given: client=2
     for key in SWITCHES if isinstance(given, dict) else ():  # a hand-built or loaded config's own values
-        section, name = key.split(".")
-        if isinstance(given.get(section), dict) and name in given[section]:
-            check_switch(key, given[section][name])
+        *sections, name = key.split(".")
+        node = functools.reduce(lambda d, k: d.get(k) if isinstance(d, dict) else None, sections, given)
+        if isinstance(node, dict) and name in node:
+            check_switch(key, node[name])
     c = typed
     try:
         c.compression.name = compression.canonical(c.compression.name)

@@ -553,6 +553,21 @@ SWITCHES = ["fl.eval_overlap", "dataset.download", "compression.client", "compre
             "compression.error_feedback", "compression.per_layer"]
 
 
+def test_the_switches_checked_are_every_bool_of_the_schema_in_any_section():
+    """A bool added to a section the check did not list (secagg, ray, results, or the top level) is checked too."""
+    import dataclasses
+
+    from fl.config import SWITCHES as CHECKED
+    from fl.config import _switches
+
+    assert CHECKED == set(SWITCHES)
+    inner = dataclasses.make_dataclass("Inner", [("on", "bool", dataclasses.field(default=True)),
+                                                 ("n", "int", dataclasses.field(default=1))])
+    outer = dataclasses.make_dataclass("Outer", [("flag", "bool", dataclasses.field(default=False)),
+                                                 ("inner", "Inner", dataclasses.field(default_factory=inner))])
+    assert _switches(outer) == {"flag", "inner.on"}
+
+
 @pytest.mark.parametrize("key", SWITCHES)
 @pytest.mark.parametrize("value", ["2", "-1", "'2'"])
 def test_a_number_other_than_0_or_1_given_to_a_switch_is_refused_naming_it(key, value):

@@ -27,7 +27,9 @@ def register(name: str, cls, aliases: tuple[str, ...] = ()):
     raises ValueError.
     """
     if name in _classes and not _same_definition(_classes[name], cls):
-        raise ValueError(f"compression protocol {name!r} is already registered to {_classes[name].__name__}")
+        owner = _classes[name]
+        raise ValueError(f"compression protocol {name!r} is already registered to "
+                         f"{getattr(owner, '__name__', None) or repr(owner)}")
     for key in (name, *aliases):
         for taken, owner in _canonical_of.items():
             if taken.lower() == key.lower() and owner != name:
@@ -39,9 +41,12 @@ def register(name: str, cls, aliases: tuple[str, ...] = ()):
 
 
 def _same_definition(old: type, new: type) -> bool:
-    """Whether `new` is `old` or the same class defined again (same module, same qualified name)."""
-    return old is new or (getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == \
-        (getattr(new, "__module__", None), getattr(new, "__qualname__", None))
+    """Whether `new` is `old` or the same class (or named factory) defined again: same module, same qualified name.
+    A lambda's qualified name and a partial's missing one name no single definition, so only `old` itself is."""
+    qualname = getattr(new, "__qualname__", None)
+    if old is new or not isinstance(qualname, str) or qualname.endswith("<lambda>"):
+        return old is new
+    return (getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == (new.__module__, qualname)
 
 
 def canonical(name: str) -> str:

@@ -115,3 +115,24 @@ def test_another_class_of_the_same_name_or_of_the_same_module_cannot_take_a_regi
     with pytest.raises(ValueError, match="already registered"):
         compression.register("topk", neighbour)
     assert compression.get("topk") is TopKCompression
+
+
+def test_two_lambdas_or_partials_under_one_name_are_two_codecs_not_one_defined_again(monkeypatch):
+    """Every lambda of a module has the qualified name `<lambda>` and a partial has none: neither names a single
+    definition, so a second one under a taken name is refused, while the same object again is harmless."""
+    import functools
+
+    from compression import registry
+
+    monkeypatch.setattr(registry, "_classes", dict(registry._classes))
+    monkeypatch.setattr(registry, "_canonical_of", dict(registry._canonical_of))
+    first, second = (lambda *a, **k: TopKCompression(*a, **k)), (lambda *a, **k: TopKCompression(*a, **k))
+    compression.register("lambda_codec", first)
+    compression.register("lambda_codec", first)
+    with pytest.raises(ValueError, match="already registered"):
+        compression.register("lambda_codec", second)
+    half, third = functools.partial(TopKCompression, 0.5), functools.partial(TopKCompression, 0.3)
+    compression.register("partial_codec", half)
+    with pytest.raises(ValueError, match="already registered"):
+        compression.register("partial_codec", third)
+    assert compression.get("lambda_codec") is first and compression.get("partial_codec") is half

@@ -11,7 +11,7 @@ from . import shamir
 from .dh_checks import CIPHERTEXT_BYTES, _check_config, _check_vector, _sorted_ids
 from .errors import ProtocolError, RoundAborted
 from .graph import Graph
-from .keys import generate_keypair, key_problem, pairwise_seed, private_from_bytes, public_bytes
+from .keys import LOW_ORDER, generate_keypair, key_class, key_problem, pairwise_seed, private_from_bytes, public_bytes
 from .keys import client_id as _client_id
 from .messages import (
     AdvertiseKeys,
@@ -52,8 +52,8 @@ class Server:
     def __init__(self, config: RoundConfig) -> None:
         self.config = _check_config(config)
         self._keys: dict[int, tuple[bytes, bytes]] = {}
-        self._key_bytes: set[bytes] = set()  # every public key in _keys: one lookup per advertisement
-        self._probe, _ = generate_keypair()  # exchanged with each advertised key to find low-order points
+        self._classes: set[bytes] = set()  # key_class of every public key in _keys: one lookup per advertisement
+        self._probe, _ = generate_keypair()  # exchanged with each advertised key: low-order points, key classes
         self.graph: Graph | None = None  # drawn from the roster
         self.rejected: dict[int, str] = {}
         self._shares: dict[int, dict[int, bytes]] = {}
@@ -77,17 +77,21 @@ class Server:
         if cid in self._keys:
             raise ProtocolError(f"client {cid} advertised keys twice")
         keys = (msg.cipher_public_key, msg.mask_public_key)
-        problem = key_problem(keys[0], self._probe) or key_problem(keys[1], self._probe)
-        if problem is None and keys[0] == keys[1]:
-            problem = "the same public key twice"
-        if problem is None and self._key_bytes.intersection(keys):
-            problem = "a public key another client already sent"  # canonical keys: a byte compare suffices
+        problem, classes = key_problem(keys[0]) or key_problem(keys[1]), ()
+        if problem is None:  # compared by class, not bytes: a key plus a low-order point agrees as the key does
+            classes = tuple(key_class(key, self._probe) for key in keys)
+            if None in classes:
+                problem = LOW_ORDER
+            elif classes[0] == classes[1]:
+                problem = "the same public key twice"
+            elif self._classes.intersection(classes):
+                problem = "a public key another client already sent"
         if problem is not None:
             self.rejected[cid] = problem  # left out of the roster, as if it never advertised
             raise ProtocolError(f"client {cid} refused at advertise: it sent a {problem}")
         self.rejected.pop(cid, None)
         self._keys[cid] = keys
-        self._key_bytes.update(keys)
+        self._classes.update(classes)
 
     def roster(self) -> KeyRoster:
         if self._roster is None:

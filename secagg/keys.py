@@ -6,7 +6,9 @@ ciphertext from one round never decrypts in another.
 
 Public keys are checked before use (`key_problem`): a non-canonical encoding (bit 255 set, or u >= p) is
 another byte form of a key that passes a byte-wise duplicate check, and a low-order point makes the
-agreement all zeros; cryptography raises on the latter, so an exchange against any key tells.
+agreement all zeros; cryptography raises on the latter, so an exchange against any key tells. A canonical
+key plus a low-order point is a third form (X25519 clamps private keys to multiples of 8, so every agreement
+with it is the key's own): `key_class` gives both forms the same value, so duplicates are compared by class.
 
 Share transport (client u -> client v through the server): AES-256-GCM under
 HKDF-SHA256(X25519(c_sk_u, c_pk_v), salt = session, info = purpose + (u, v) in that order), with the
@@ -79,6 +81,7 @@ def private_from_bytes(raw: bytes) -> X25519PrivateKey:
 
 
 _P = 2**255 - 19
+LOW_ORDER = "low-order public key (the agreement would be all zeros)"
 
 
 def key_problem(key: object, probe: X25519PrivateKey | None = None) -> str | None:
@@ -88,12 +91,19 @@ def key_problem(key: object, probe: X25519PrivateKey | None = None) -> str | Non
         return f"malformed public key (expected {PUBLIC_KEY_BYTES} bytes)"
     if key[-1] & 0x80 or int.from_bytes(key, "little") >= _P:
         return "non-canonical public key (bit 255 set or u >= 2^255 - 19)"
-    if probe is not None:
-        try:
-            probe.exchange(X25519PublicKey.from_public_bytes(key))
-        except ValueError:
-            return "low-order public key (the agreement would be all zeros)"
+    if probe is not None and key_class(key, probe) is None:
+        return LOW_ORDER
     return None
+
+
+def key_class(key: bytes, probe: X25519PrivateKey) -> bytes | None:
+    """What every agreement sees of a canonical 32-byte `key`: its agreement with `probe`; None if it is low-order.
+    Two keys share a class exactly when one is the other plus a point of order 2, 4 or 8 (u and 1/u, for one), so
+    every agreement with them is the same: the keys a duplicate check must take as one."""
+    try:
+        return probe.exchange(X25519PublicKey.from_public_bytes(key))
+    except ValueError:
+        return None
 
 
 def _exchange(private_key: X25519PrivateKey, peer_public: bytes) -> bytes:

@@ -1,13 +1,15 @@
-"""A client that advertises a low-order or non-canonical X25519 key is refused at the advertise step and
-counted as dropped there; the round goes on for the rest."""
+"""A client that advertises a low-order or non-canonical X25519 key, or another client's key in another form, is
+refused at the advertise step and counted as dropped there; the round goes on for the rest."""
 
 import dataclasses
 
 import numpy as np
 import pytest
+from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 from secagg_rounds import LENGTH, Round, plain_sum, random_inputs
 
-from secagg import ProtocolError
+from secagg import ProtocolError, generate_keypair
+from secagg.keys import key_problem
 
 P = 2**255 - 19
 
@@ -80,6 +82,30 @@ def test_another_clients_key_in_another_byte_form_is_refused():
     copy = dataclasses.replace(r.clients[1].advertise(), mask_public_key=top_bit(first.mask_public_key))
     with pytest.raises(ProtocolError, match="non-canonical"):
         r.server.receive_keys(copy)
+
+
+def plus_order_2(key):
+    """key + (0, 0), the point of order 2: u -> 1/u, canonical, and every agreement with it is key's own."""
+    return pow(int.from_bytes(key, "little"), P - 2, P).to_bytes(32, "little")
+
+
+def test_another_clients_key_plus_a_low_order_point_is_refused():
+    r = Round("dh", list(range(5)))
+    first = r.clients[0].advertise()
+    r.server.receive_keys(first)
+    twin = plus_order_2(first.mask_public_key)
+    assert twin != first.mask_public_key and not key_problem(twin)
+    sk, _ = generate_keypair()
+    assert sk.exchange(X25519PublicKey.from_public_bytes(twin)) == \
+        sk.exchange(X25519PublicKey.from_public_bytes(first.mask_public_key))
+    other = r.clients[1].advertise()
+    for field in ("cipher_public_key", "mask_public_key"):
+        with pytest.raises(ProtocolError, match="another client already sent"):
+            r.server.receive_keys(dataclasses.replace(other, **{field: twin}))
+    with pytest.raises(ProtocolError, match="same public key twice"):
+        r.server.receive_keys(dataclasses.replace(other, mask_public_key=plus_order_2(other.cipher_public_key)))
+    assert r.server.rejected[1] == "the same public key twice"
+    r.server.receive_keys(other)
 
 
 def test_a_refused_advertisement_leaves_the_client_out_until_it_sends_valid_keys():

@@ -36,11 +36,12 @@ class Round:
     run: str = "run"
     round: int = 0
     nonce: bytes | None = b"server nonce"
+    bits: int | None = None  # the field width bound into the session
     refused: dict = field(default_factory=dict)  # client id -> the RoundAborted it raised
 
     def __post_init__(self):
         session = session_id(self.run, self.round, self.ids, protocol=self.protocol, length=self.length,
-                             threshold=self.threshold, degree=self.degree, nonce=self.nonce)
+                             threshold=self.threshold, degree=self.degree, nonce=self.nonce, bits=self.bits)
         self.config = make_round(self.protocol, session, self.ids, self.length, self.threshold, self.degree)
         self.server = Server(self.config)
         self.clients = {cid: Client(self.config, cid) for cid in self.config.participants}

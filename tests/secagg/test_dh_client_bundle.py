@@ -52,8 +52,9 @@ def test_a_ciphertext_for_another_recipient_is_refused():
         r.clients[0].masked_input(tamper(r.bundles[0], 1, for_client_1), zeros())
 
 
-def test_a_share_whose_plaintext_names_another_sender_or_recipient_is_refused():
-    # A misbehaving client 1 encrypts, under the right key and associated data, a plaintext naming (3, 0).
+@pytest.mark.parametrize("named", [(3, 0), (1, 3)])
+def test_a_share_whose_plaintext_names_another_sender_or_recipient_is_refused(named):
+    # A misbehaving client 1 encrypts, under the right key and associated data, a plaintext naming another pair.
     config = make_round("dh", session_id("run", 0, IDS), IDS, LENGTH)
     server = Server(config)
     honest = {cid: Client(config, cid) for cid in IDS if cid != 1}
@@ -65,11 +66,11 @@ def test_a_share_whose_plaintext_names_another_sender_or_recipient_is_refused():
     roster = server.roster()
     to_client_0 = [(cid, dict(honest[cid].share_keys(roster).shares)[0]) for cid in (2, 3, 4)]
     key, _ = transport_keys(c_sk, roster.keys[0][1], config.session, 1, 0)
-    plaintext = struct.pack(">II", 3, 0) + bytes(88)
+    plaintext = struct.pack(">II", *named) + bytes(88)
     forged = AESGCM(key).encrypt(bytes(12), plaintext, config.session + struct.pack(">QQ", 1, 0))
     honest[0].share_keys(roster)
     bundle = ShareBundle(config.session, 0, ((1, forged), *to_client_0))
-    with pytest.raises(ProtocolError, match="names sender 3 and recipient 0"):
+    with pytest.raises(ProtocolError, match=f"names sender {named[0]} and recipient {named[1]}"):
         honest[0].masked_input(bundle, zeros())
 
 

@@ -164,6 +164,21 @@ def test_the_server_refuses_unmask_responses_with_the_wrong_shares():
         r.server.receive_unmask(response)
 
 
+def test_a_secaggplus_unmask_response_with_a_share_of_a_non_neighbours_secret_is_refused():
+    ids = list(range(20))  # k = 10: each client has 9 non-neighbours
+    r = at_unmask("secaggplus", ids, drop_masked=[0])
+    graph = r.server.graph
+    cid = next(v for v in ids if v and 0 not in graph.neighbours(v))  # 0 dropped outside its group
+    response = r.clients[cid].unmask(r.request)
+    stranger = next(w for w in r.request.survivors if w != cid and w not in graph.neighbours(cid))
+    share = response.self_mask_shares[0][1]
+    for field, owner in (("self_mask_shares", stranger), ("key_shares", 0)):
+        entries = tuple(sorted((*getattr(response, field), (owner, share))))
+        with pytest.raises(ProtocolError, match="expected"):
+            r.server.receive_unmask(dataclasses.replace(response, **{field: entries}))
+    r.server.receive_unmask(response)
+
+
 def test_a_rebuilt_mask_key_that_does_not_match_its_public_key_aborts_the_round():
     r = at_roster()
     cheat = r.clients[4]

@@ -77,6 +77,18 @@ def test_the_session_binds_protocol_threshold_degree_length_and_nonce():
     assert session_id("run", 0, IDS, nonce=b"x") != session_id("run", 0, IDS)
 
 
+def test_the_session_binds_the_field_width():
+    widths = [session_id("run", 0, IDS, protocol="dh", length=64, bits=b) for b in (None, 20, 21, 32)]
+    assert len(set(widths)) == 4
+    old, new = Round("dh", IDS, bits=20), Round("dh", IDS, bits=21)
+    with pytest.raises(ProtocolError, match="different session"):
+        new.server.receive_keys(Client(old.config, 1).advertise())
+    old.advertise()
+    new.advertise()
+    with pytest.raises(ProtocolError, match="different session"):
+        new.clients[0].share_keys(old.roster)
+
+
 @pytest.mark.parametrize("kw,match", [({"nonce": "text"}, "nonce"), ({"protocol": "dh"}, "length"),
                                       ({"length": 64}, "protocol"), ({"protocol": "none", "length": 64}, "mask"),
                                       ({"bits": 1}, r"\[2, 32\]"), ({"bits": 33}, r"\[2, 32\]"),

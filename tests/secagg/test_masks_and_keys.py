@@ -99,6 +99,17 @@ def test_each_direction_of_a_pair_has_its_own_transport_key():
         decrypt_shares(v_to_u, session, 2, 1, ct)
 
 
+def test_transport_keys_and_mask_seeds_are_separate_derivations_salted_by_the_session():
+    """HKDF's info tells the two uses apart even over one agreement, and its salt binds each to the session."""
+    s0, s1 = session_id("run", 0, [1, 2]), session_id("run", 1, [1, 2])
+    sk, _ = generate_keypair()
+    _, pk = generate_keypair()
+    u_to_v, v_to_u = transport_keys(sk, pk, s0, 1, 2)
+    seed = pairwise_seed(sk, pk, s0, 1, 2)
+    assert len({u_to_v, v_to_u, seed}) == 3
+    assert transport_keys(sk, pk, s1, 1, 2)[0] != u_to_v and pairwise_seed(sk, pk, s1, 1, 2) != seed
+
+
 @pytest.mark.parametrize("bad_key", [bytes(31), bytes(33), bytes(32)])  # bytes(32): a low-order point
 def test_a_malformed_public_key_is_refused(bad_key):
     sk, _ = generate_keypair()

@@ -92,6 +92,16 @@ def test_a_bundle_with_a_share_from_a_non_neighbour_or_twice_from_one_sender_is_
         r.clients[0].masked_input(dataclasses.replace(bundle, shares=bundle.shares + bundle.shares[-1:]), zeros())
 
 
+def test_a_secaggplus_bundle_with_a_share_from_a_roster_client_outside_the_neighbourhood_is_refused():
+    ids = list(range(20))  # k = 10: each client has 9 non-neighbours
+    r = at_bundles("secaggplus", ids)
+    stranger = next(v for v in ids[1:] if v not in r.server.graph.neighbours(0))
+    ciphertext = r.share_msgs[stranger].shares[0][1]  # addressed to one of its own neighbours
+    bundle = dataclasses.replace(r.bundles[0], shares=tuple(sorted((*r.bundles[0].shares, (stranger, ciphertext)))))
+    with pytest.raises(ProtocolError, match=rf"\[{stranger}\], not neighbours"):
+        r.clients[0].masked_input(bundle, zeros())
+
+
 @pytest.mark.parametrize("entry", [(1,), (1, "text"), 1, (-1, b"x" * 112)])
 def test_a_bundle_with_a_malformed_entry_is_refused(entry):
     r = at_bundles()

@@ -58,7 +58,7 @@ def test_an_update_whose_weight_is_not_a_positive_number_is_refused(weight):
         wire.decode_update(message, 3, 1000)
 
 
-@pytest.mark.parametrize("encode,decode", [
+MESSAGES = [  # (encode, decode) for every decoder, each on a valid message
     (lambda: _update_message()[0], lambda m: wire.decode_update(m, 3, 1000)),
     (lambda: wire.encode_masked(secagg.MaskedInput(b"s" * 32, 4, np.arange(50, dtype=np.uint32))),
      lambda m: wire.decode_masked(m, 50)),
@@ -76,13 +76,79 @@ def test_an_update_whose_weight_is_not_a_positive_number_is_refused(weight):
     (lambda: wire.encode_unmask_response(secagg.UnmaskResponse(b"s" * 32, 4, ((1, b"\x01" * SH), (4, b"\x02" * SH)),
                                                                ((2, b"\x03" * SH),))),
      wire.decode_unmask_response),
-])
+    (lambda: wire.encode_masked(secagg.MaskedInput(b"s" * 32, 4, np.arange(50, dtype=np.uint32)), 7),
+     lambda m: wire.decode_masked(m, 50, 7)),
+    (lambda: wire.encode_round_index(b"a" * 32, np.array([3, 40, 41, 900]), 1000),
+     lambda m: wire.decode_round_index(m, b"a" * 32, 1000, 4)),
+    (lambda: wire.encode_broadcast(0, "none", 1000, True, compression.NoCompression().encode(np.ones(1000, np.float32)),
+                                   **wire.index_set_fields(np.array([3, 40, 41, 900]), 0, 1000)),
+     lambda m: wire.decode_index_set(wire.decode_broadcast(m, 1000))),
+    (lambda: wire.encode_broadcast(0, "none", 1000, True, compression.NoCompression().encode(np.ones(1000, np.float32)),
+                                   **wire.index_set_fields(np.array([3, 40, 41, 900]), 77, 1000)),
+     lambda m: wire.decode_index_set(wire.decode_broadcast(m, 1000))),
+]
+
+
+@pytest.mark.parametrize("encode,decode", MESSAGES)
 def test_every_truncation_of_a_message_raises_a_wire_error(encode, decode):
     message = encode()
     decode(message)  # the whole message decodes
     for cut in range(len(message)):
         with pytest.raises(wire.WireError):
             decode(message[:cut])
+
+
+def _sealed(body: bytes) -> bytes:
+    """`body` and its CRC-32C, as wire._seal appends it: an alteration the checksum cannot catch."""
+    return body + wire._CHECKSUM_TAG + wire.crc32c(body).to_bytes(4, "little")
+
+
+def _sealed_alterations(message: bytes):
+    """The message's body cut at every length, each byte flipped three ways, raw fields appended (an overlong
+    varint, a length past the end, 99 nested groups, an unclosed group, a non-minimal varint) and 300 seeded
+    rewrites of one to three bytes, each sealed again."""
+    body = message[:-5]
+    yield from (_sealed(body[:cut]) for cut in range(len(body)))
+    for i in range(len(body)):
+        for bits in (0x01, 0x80, 0xFF):
+            yield _sealed(body[:i] + bytes([body[i] ^ bits]) + body[i + 1:])
+    for field in (b"\x08" + b"\xff" * 9 + b"\x01", b"\x12\xff\xff\xff\xff\x0f", b"\x63" * 99 + b"\x64" * 99, b"\x7b",
+                  b"\x70\x80\x00"):
+        yield _sealed(body + field)
+    rng = np.random.default_rng(len(body))
+    for _ in range(300):
+        altered = bytearray(body)
+        for i in rng.integers(0, len(body), rng.integers(1, 4)):
+            altered[i] = rng.integers(0, 256)
+        yield _sealed(bytes(altered))
+
+
+@pytest.mark.parametrize("encode,decode", MESSAGES)
+def test_a_message_altered_behind_a_valid_checksum_raises_only_wire_errors(encode, decode):
+    """The checksum catches what changes in transit, not a sender that seals what it altered: the checks behind it
+    refuse such a message as a WireError. Round code refuses a message on WireError (masked rounds: or
+    ProtocolError) and nothing else, so protobuf's DecodeError or a codec's escaping would end the run."""
+    for altered in _sealed_alterations(encode()):
+        try:
+            decode(altered)
+        except wire.WireError:
+            pass
+
+
+@pytest.mark.parametrize("decode,match", [
+    (lambda: wire.decode_round_index(wire.encode_round_index(b"a" * 32, np.arange(5), 100), b"a" * 32, 101, 5),
+     "5 of 100 positions, expected 5 of 101"),
+    (lambda: wire.decode_broadcast(wire.encode_broadcast(1, "none", 100, False, bytes(400)), 101),
+     "model length 100, expected 101"),
+    (lambda: wire.decode_broadcast(wire.encode_broadcast(1, "", 100, False, bytes(400)), 100), "missing codec name"),
+    (lambda: wire.decode_update(wire.encode_update(3, 7, "", 100, 1.0, bytes(400)), 3, 100), "missing codec name"),
+    (lambda: wire.decode_update(wire.encode_update(3, 7, "none", 100, 1.0, b""), 3, 100), "empty payload"),
+])
+def test_a_message_for_another_length_or_without_its_codec_or_payload_is_refused_by_name(decode, match):
+    """An index set for another model length would be read against this one; the others would fail later, in the
+    codec, under another name (or, for an update decoded without the round's codec, not at all)."""
+    with pytest.raises(wire.WireError, match=match):
+        decode()
 
 
 def test_an_altered_payload_byte_is_caught_by_the_checksum():

@@ -4,6 +4,7 @@ and how empty, constant, zero, NaN/Inf and huge inputs are handled."""
 
 import math
 import struct
+import sys
 from fractions import Fraction
 
 import numpy as np
@@ -186,6 +187,71 @@ def test_error_feedback_keeps_decoded_plus_new_residual_equal_to_input_plus_old_
     # float32 rounding of `update + residual` and of `corrected - decoded`: one ulp of the largest term each
     magnitude = np.maximum(np.abs(corrected), np.abs(decoded))
     assert (np.abs(decoded + new_residual - corrected) <= 2 * magnitude * 2.0**-23 + 1e-45).all()
+
+
+def _variants(name, n):
+    """The codec at a ratio, and with the options that change its payload's layout."""
+    cls = compression.get(name)
+    out = [cls(0.3)]
+    if name in ("topk", "ternary", "qsgd", "int8") and n >= 3:
+        out.append(cls(0.3, layout=[n // 3, n // 3, n - 2 * (n // 3)]))
+    options = {"randk": {"unbiased": True}, "qsgd": {"levels": 300}, "rotation": {"bits": 3},
+               "countsketch": {"rows": 1}}
+    if name in options:
+        out.append(cls(0.3, **options[name]))
+    return out
+
+
+def _header_extremes(codec, payload, n):
+    """The payload with each field of its header (the codec module's `_HEADER`, if it has one) at its extremes and
+    one past its value, with and without four more bytes (a count one higher needs one more float32)."""
+    header = getattr(sys.modules[type(codec).__module__], "_HEADER", None)
+    if header is None:
+        return
+    fields = header.unpack_from(payload)
+    for j, kind in enumerate(header.format.lstrip("<")):
+        if kind == "f":
+            values = [math.nan, math.inf, -1.0, -0.0]
+        else:
+            top = 2 ** (8 * struct.calcsize(kind)) - 1
+            values = sorted({0, 1, top, min(fields[j] + 1, top), n + 1 if n < top else top})
+        for value in values:
+            head = header.pack(*fields[:j], value, *fields[j + 1:])
+            yield head + payload[header.size:]
+            yield head + payload[header.size:] + bytes(4)
+
+
+@pytest.mark.parametrize("name", compression.names())
+def test_a_corrupted_payload_is_refused_or_decodes_to_finite_values(name):
+    """What a server may meet from a broken or hostile sender (the wire's checksum is the sender's): every cut and
+    every extension is refused by name; a float32 NaN, Inf, -1 or 3.4e38 written at any offset, any byte flipped,
+    any header field at its extremes is refused (DecodeError) or decodes to a finite float32 vector of the length
+    asked for, with strictly increasing positions in range: never NaN or Inf into the server's sum."""
+    rng = np.random.default_rng(52)
+    for n in (1, 9, 100):
+        vector = rng.standard_normal(n).astype(np.float32)
+        vector[::4] = 0
+        for codec in _variants(name, n):
+            payload = codec.encode(vector)
+            for cut in range(len(payload)):
+                with pytest.raises(compression.DecodeError, match="truncated"):
+                    codec.decode(payload[:cut], n)
+            with pytest.raises(compression.DecodeError, match="trailing"):
+                codec.decode(payload + b"\0", n)
+            floats = (struct.pack("<f", bad) for bad in (math.nan, math.inf, -1.0, 3.4e38))
+            altered = [payload[:i] + f + payload[i + 4:] for f in floats for i in range(len(payload) - 3)]
+            altered += [payload[:i] + bytes([payload[i] ^ bits]) + payload[i + 1:]
+                        for bits in (0x01, 0x80, 0xFF) for i in range(len(payload))]
+            for corrupted in [*altered, *_header_extremes(codec, payload, n)]:
+                try:
+                    decoded = codec.decode(corrupted, n)
+                except compression.DecodeError:
+                    continue
+                assert decoded.dtype == np.float32 and decoded.shape == (n,) and np.isfinite(decoded).all()
+                if hasattr(codec, "decode_sparse"):
+                    positions, values = codec.decode_sparse(corrupted, n)
+                    assert (np.diff(positions) > 0).all() and 0 <= positions[0] and positions[-1] < n
+                    assert np.isfinite(values).all()
 
 
 @pytest.mark.parametrize("name", compression.names())

@@ -31,6 +31,8 @@ __all__ = [
 
 MAX_LENGTH = 2**32 - 1  # lengths travel as uint32
 _SMALL = 512  # up to this many codes, the bit-matrix path is faster (fewer numpy calls)
+_WIDE = 8192  # from this many 9-31-bit codes, groups of eight beat the bit matrix (experiments.bench_packing)
+_CHUNK_GROUPS = 1 << 16  # groups of eight 9-31-bit codes packed or unpacked at once
 _WEIGHTS = {width: (1 << np.arange(width)).astype(np.uint8) for width in range(1, 8)}
 _U32 = struct.Struct("<I")
 
@@ -43,9 +45,9 @@ def packed_size(count: int, width: int) -> int:
 def pack_codes(codes: np.ndarray, width: int) -> bytes:
     """`codes` (non-negative integers below 2**width, 1 <= width <= 32) as a packed bit stream.
 
-    Few codes, or codes wider than 8 bits, go through a (count, width) bit matrix (np.unpackbits /
-    np.packbits: few calls); many narrow codes are packed eight to a uint64 word, keeping its low
-    `width` bytes (no per-bit array, about 3x faster on 10^7 codes).
+    Few codes go through a (count, width) bit matrix (np.unpackbits / np.packbits: few calls); many narrow
+    codes are packed eight to a uint64 word, keeping its low `width` bytes, and many wide ones eight to a group
+    of `width` bytes (_pack_wide): no per-bit array (docs/performance.md has the measurements).
     """
     codes = np.asarray(codes)
     count = codes.size
@@ -63,9 +65,42 @@ def pack_codes(codes: np.ndarray, width: int) -> bytes:
             word |= lanes[:, j] << np.uint64(width * j)
         stream = word.astype("<u8").view(np.uint8).reshape(groups, 8)[:, :width]
         return stream.tobytes()[: packed_size(count, width)]
+    if width == 32:
+        return codes.astype("<u4", copy=False).tobytes()
+    if width > 8 and count >= _WIDE:
+        return _pack_wide(codes, width)
+    return _pack_matrix(codes, width)
+
+
+def _pack_matrix(codes: np.ndarray, width: int) -> bytes:
+    """Through a (count, width) bit matrix: few numpy calls, about 50 bytes of memory a code (the baseline of
+    experiments.bench_packing)."""
     lanes = 1 if width <= 8 else 4
-    raw = codes.astype(np.uint8 if lanes == 1 else "<u4", copy=False).view(np.uint8).reshape(count, lanes)
+    raw = codes.astype(np.uint8 if lanes == 1 else "<u4", copy=False).view(np.uint8).reshape(codes.size, lanes)
     return np.packbits(np.unpackbits(raw, axis=1, bitorder="little")[:, :width], bitorder="little").tobytes()
+
+
+def _pack_wide(codes: np.ndarray, width: int) -> bytes:
+    """Codes of 9-31 bits, eight to a group of `width` bytes (code j of a group starts at its bit j * width), a
+    chunk of groups at a time so that its rows stay in cache: no bit matrix, about 10 bytes of memory a code where
+    np.unpackbits' path takes about 50."""
+    step = 8 * _CHUNK_GROUPS
+    return b"".join(_pack_groups(codes[i:i + step], width) for i in range(0, codes.size, step))
+
+
+def _pack_groups(codes: np.ndarray, width: int) -> bytes:
+    count = codes.size
+    groups = -(-count // 8)
+    lanes = np.zeros(groups * 8, dtype=np.uint64)
+    lanes[:count] = codes
+    lanes = lanes.reshape(groups, 8).T.copy()  # code j of every group, contiguous
+    rows = np.zeros((width, groups), dtype=np.uint8)  # byte b of every group, contiguous
+    for j in range(8):
+        offset, shift = divmod(j * width, 8)
+        word = lanes[j] << np.uint64(shift)
+        for b in range((shift + width + 7) // 8):  # at most 5 bytes; the last code ends at the group's last byte
+            rows[offset + b] |= (word >> np.uint64(8 * b)).astype(np.uint8)
+    return rows.T.tobytes()[: packed_size(count, width)]
 
 
 def unpack_codes(data: np.ndarray, count: int, width: int, what: str) -> np.ndarray:
@@ -98,10 +133,43 @@ def unpack_codes(data: np.ndarray, count: int, width: int, what: str) -> np.ndar
         for j in range(8):
             out[:, j] = (word >> np.uint64(width * j)) & mask
         return out.reshape(-1)[:count]
+    if width == 32:
+        return data.view("<u4").astype(np.uint32)
+    if count >= _WIDE:
+        return _unpack_wide(data, count, width)
+    return _unpack_matrix(data, count, width)
+
+
+def _unpack_matrix(data: np.ndarray, count: int, width: int) -> np.ndarray:
+    """_pack_matrix's inverse for 9-31-bit codes."""
     bits = np.unpackbits(data, count=count * width, bitorder="little").reshape(count, width)
     padded = np.zeros((count, 32), dtype=np.uint8)
     padded[:, :width] = bits
     return np.packbits(padded, axis=1, bitorder="little").view("<u4").reshape(count).astype(np.uint32)
+
+
+def _unpack_wide(data: np.ndarray, count: int, width: int) -> np.ndarray:
+    """_pack_wide's inverse, a chunk of groups at a time."""
+    step = 8 * _CHUNK_GROUPS
+    parts = [_unpack_groups(data[i // 8 * width:(i // 8 + _CHUNK_GROUPS) * width], min(step, count - i), width)
+             for i in range(0, count, step)]
+    return np.concatenate(parts)
+
+
+def _unpack_groups(data: np.ndarray, count: int, width: int) -> np.ndarray:
+    groups = -(-count // 8)
+    flat = np.zeros(groups * width, dtype=np.uint8)
+    flat[:data.size] = data
+    rows = flat.reshape(groups, width).T.copy()  # byte b of every group, contiguous
+    out = np.empty((8, groups), dtype=np.uint32)
+    mask = np.uint64((1 << width) - 1)
+    for j in range(8):
+        offset, shift = divmod(j * width, 8)
+        word = rows[offset].astype(np.uint64)
+        for b in range(1, (shift + width + 7) // 8):
+            word |= rows[offset + b].astype(np.uint64) << np.uint64(8 * b)
+        out[j] = (word >> np.uint64(shift)) & mask
+    return out.T.reshape(-1)[:count]
 
 
 # --- layer layouts ------------------------------------------------------------------------------

@@ -32,6 +32,23 @@ def test_pack_codes_matches_the_reference_and_unpacks_back(width, count, seed):
     assert unpacked.astype(np.uint64).tolist() == codes.tolist()
 
 
+@pytest.mark.parametrize("width", [9, 13, 16, 20, 24, 31, 32])
+def test_many_wide_codes_pack_a_chunk_at_a_time_into_the_reference_stream(width, monkeypatch):
+    """Codes of 9-31 bits go eight to a group, a chunk of groups at a time: with chunks of 2 groups, counts around
+    chunk and group ends give the reference stream and read back, also from an unaligned buffer."""
+    from compression import packing
+
+    monkeypatch.setattr(packing, "_CHUNK_GROUPS", 2)
+    monkeypatch.setattr(packing, "_WIDE", 0)  # every count takes the wide path
+    rng = np.random.default_rng(width)
+    for count in (1, 7, 8, 9, 15, 16, 17, 31, 32, 33, 101):
+        codes = rng.integers(0, 2**width, count, dtype=np.uint64)
+        packed = pack_codes(codes, width)
+        assert packed == reference_stream(codes, width)
+        unaligned = np.frombuffer(b"\0" + packed, np.uint8)[1:]
+        assert unpack_codes(unaligned, count, width, "test").astype(np.uint64).tolist() == codes.tolist()
+
+
 @pytest.mark.parametrize("width,count", [(3, 5), (6, 1), (1, 7), (12, 3), (31, 1)])
 def test_set_padding_bits_are_rejected(width, count):
     packed = bytearray(pack_codes(np.zeros(count, np.uint32), width))

@@ -71,8 +71,8 @@ def write_report(df: pd.DataFrame, md: Path, command: str, wall: float, load: tu
         f"Machine: {machine()}; load average {load[0]:.1f} at the start, {load[1]:.1f} at the end. Seconds are",
         "medians over repetitions; both paths ran in this one run on the same codes, so their ratio is the figure",
         "(absolute seconds move with the host and its load). Memory: the peak numpy and Python held during one",
-        "call, per code (tracemalloc). `pack_codes` is what the wire uses; `bit matrix` is its path for few codes,",
-        "which every count took before the word path.",
+        "call, per code (tracemalloc). `pack_codes` is what the wire uses; `bit matrix` is its path for fewer than",
+        f"{packing._WIDE:,} codes, which every count of 9-31-bit codes took before e3d2eee.",
         "",
         "| width | length | pack s, bit matrix | pack s, pack_codes | pack speed-up | unpack s, bit matrix | "
         "unpack s, pack_codes | unpack speed-up | pack B/code, bit matrix | pack B/code, pack_codes | "

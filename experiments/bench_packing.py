@@ -23,8 +23,10 @@ from experiments.outputs import check_target, command_line, together
 
 WIDTHS = (12, 20, 31)
 LENGTHS = (10**5, 10**6, 10**7)
+CROSSOVER = (1000, 2000, 4096, 8192, 16384)  # around packing._WIDE, where pack_codes leaves the bit matrix
 PATHS = {"bit matrix": (packing._pack_matrix, packing._unpack_matrix),
-         "pack_codes": (packing.pack_codes, lambda data, n, w: packing.unpack_codes(data, n, w, "bench"))}
+         "pack_codes": (packing.pack_codes, lambda data, n, w: packing.unpack_codes(data, n, w, "bench")),
+         "groups": (packing._pack_wide, packing._unpack_wide)}
 
 
 def timed(fn, reps: int) -> float:
@@ -47,22 +49,25 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
-def measure(width: int, n: int, reps: int) -> list[dict]:
+def measure(width: int, n: int, reps: int, paths=("bit matrix", "pack_codes"), section="lengths") -> list[dict]:
     codes = np.random.default_rng(width).integers(0, 1 << width, n, dtype=np.uint64).astype(np.uint32)
     rows = []
-    for path, (pack, unpack) in PATHS.items():
+    for path in paths:
+        pack, unpack = PATHS[path]
         data = np.frombuffer(pack(codes, width), np.uint8)
         if not np.array_equal(unpack(data, n, width), codes):
             raise AssertionError(f"{path}: {width}-bit codes do not read back")
         for stage, call in (("pack", lambda: pack(codes, width)), ("unpack", lambda: unpack(data, n, width))):
-            rows.append({"width": width, "length": n, "path": path, "stage": stage, "seconds": timed(call, reps),
-                         "peak_bytes_per_code": peak_bytes(call) / n, "bytes": int(data.size)})
+            rows.append({"section": section, "width": width, "length": n, "path": path, "stage": stage,
+                         "seconds": timed(call, reps), "peak_bytes_per_code": peak_bytes(call) / n,
+                         "bytes": int(data.size)})
     return rows
 
 
 def write_report(df: pd.DataFrame, md: Path, command: str, wall: float, load: tuple[float, float]) -> None:
-    wide = df.pivot_table(index=["width", "length"], columns=["stage", "path"], values="seconds")
-    memory = df.pivot_table(index=["width", "length"], columns=["stage", "path"], values="peak_bytes_per_code")
+    main, crossover = df[df.section == "lengths"], df[df.section == "crossover"]
+    wide = main.pivot_table(index=["width", "length"], columns=["stage", "path"], values="seconds")
+    memory = main.pivot_table(index=["width", "length"], columns=["stage", "path"], values="peak_bytes_per_code")
     lines = [
         "# Bit packing of the masked vector",
         "",
@@ -87,6 +92,14 @@ def write_report(df: pd.DataFrame, md: Path, command: str, wall: float, load: tu
                      f"{new_u:.4f} | {old_u / new_u:.1f}x | {mem[('pack', 'bit matrix')]:.1f} | "
                      f"{mem[('pack', 'pack_codes')]:.1f} | {mem[('unpack', 'bit matrix')]:.1f} | "
                      f"{mem[('unpack', 'pack_codes')]:.1f} |")
+    if len(crossover):
+        ratio = crossover.pivot_table(index=["width", "length"], columns=["stage", "path"], values="seconds")
+        lines += ["", f"Where pack_codes leaves the bit matrix (from {packing._WIDE:,} codes): the groups path alone "
+                  "against the bit matrix at few codes (seconds of the bit matrix / seconds of the groups; above 1: "
+                  "the groups are faster).", "", "| width | length | pack | unpack |", "|---|---|---|---|"]
+        for (width, n), row in ratio.iterrows():
+            lines.append(f"| {width} | {n:,} | {row[('pack', 'bit matrix')] / row[('pack', 'groups')]:.2f} | "
+                         f"{row[('unpack', 'bit matrix')] / row[('unpack', 'groups')]:.2f} |")
     md.write_text("\n".join(lines) + "\n")
 
 
@@ -94,6 +107,8 @@ def main(argv=None) -> pd.DataFrame:
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--reps", type=positive_int, default=5, help="repetitions per cell (median)")
     ap.add_argument("--lengths", type=positive_int, nargs="+", default=list(LENGTHS))
+    ap.add_argument("--no-crossover", dest="crossover", action="store_false",
+                    help="skip the few-codes comparison of the groups path with the bit matrix")
     ap.add_argument("--out", default="results/bench_packing")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
@@ -107,6 +122,8 @@ def main(argv=None) -> pd.DataFrame:
             rows += measure(width, n, args.reps)
             print(f"{width:2d} bits, {n:.0e}: " + ", ".join(f"{r['path']} {r['stage']} {r['seconds']:.4f} s"
                                                            for r in rows[-4:]), flush=True)
+    for n in CROSSOVER if args.crossover else ():
+        rows += measure(20, n, 20 * args.reps, paths=("bit matrix", "groups"), section="crossover")
     df = pd.DataFrame(rows)
     out.parent.mkdir(parents=True, exist_ok=True)
     with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):

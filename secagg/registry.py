@@ -16,14 +16,15 @@ class UnknownProtocolError(ValueError):
 
 
 def register(name: str, cls: type, aliases: Iterable[str] = ()) -> None:
-    """Register `cls` under `name` and `aliases`; re-registering the same class is a no-op. A name or alias taken by
-    another protocol, compared case-insensitively (lookup falls back to that, as compression.register's does),
-    raises ValueError: `Dh` beside `dh` would take over the spelling `DH`."""
+    """Register `cls` under `name` and `aliases`; re-registering the same class is a no-op, and its new definition (a
+    module reloaded, a notebook cell run again: the same module and qualified name) takes its names over, as in
+    compression.register. A name or alias taken by another protocol, compared case-insensitively (lookup falls back
+    to that), raises ValueError: `Dh` beside `dh` would take over the spelling `DH`."""
     aliases = tuple(aliases)
     owners = {**_PROTOCOLS, **{alias: _PROTOCOLS[target] for alias, target in _ALIASES.items()}}
     for key in (name, *aliases):
         for taken_key, taken in owners.items():
-            if taken_key.casefold() == str(key).casefold() and taken is not cls:
+            if taken_key.casefold() == str(key).casefold() and not _same_definition(taken, cls):
                 raise ValueError(f"mask protocol name {key!r} is already registered to {taken.__name__}")
     # what the config and the rounds read of a protocol: refused here rather than as an AttributeError mid-run
     if not isinstance(getattr(cls, "masks", None), bool):
@@ -34,6 +35,14 @@ def register(name: str, cls: type, aliases: Iterable[str] = ()) -> None:
     _PROTOCOLS[name] = cls
     for alias in aliases:
         _ALIASES[alias] = name
+
+
+def _same_definition(old, new) -> bool:
+    """Whether `new` is `old` or the same class defined again (same module, same qualified name)."""
+    qualname = getattr(new, "__qualname__", None)
+    if old is new or not isinstance(qualname, str) or qualname.endswith("<lambda>"):
+        return old is new
+    return (getattr(old, "__module__", None), getattr(old, "__qualname__", None)) == (new.__module__, qualname)
 
 
 def canonical(name: str) -> str:

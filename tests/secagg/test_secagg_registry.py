@@ -54,6 +54,36 @@ def test_registering_a_protocol_again_under_its_own_names_changes_nothing():
     assert secagg.names().count("dh") == 1
 
 
+def test_a_protocol_module_reloaded_registers_its_new_class_under_its_names(tmp_path, monkeypatch):
+    """A mask protocol under development, reloaded (importlib.reload, a notebook's autoreload), defines its class
+    anew: the new definition takes its names, as a reloaded codec's does, while another class of its module or a
+    namesake from another module stays refused."""
+    import importlib
+    import sys
+
+    from secagg import registry
+
+    monkeypatch.setattr(registry, "_PROTOCOLS", dict(registry._PROTOCOLS))
+    monkeypatch.setattr(registry, "_ALIASES", dict(registry._ALIASES))
+    (tmp_path / "myproto_reloaded.py").write_text(
+        "import secagg\n\n"
+        "class Mine:\n    masks = False\n\n"
+        "secagg.register('mine_reloaded', Mine, aliases=('MineProtocol',))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "myproto_reloaded", raising=False)
+    module = importlib.import_module("myproto_reloaded")
+    first = module.Mine
+    importlib.reload(module)
+    assert module.Mine is not first
+    assert secagg.get("mine_reloaded") is module.Mine and secagg.get("MineProtocol") is module.Mine
+    neighbour = type("Neighbour", (), {"masks": False, "__module__": "myproto_reloaded"})
+    namesake = type("Mine", (), {"masks": False, "__module__": "someone_elses"})
+    for other in (neighbour, namesake):
+        with pytest.raises(ValueError, match="already registered"):
+            secagg.register("mine_reloaded", other)
+    sys.modules.pop("myproto_reloaded")
+
+
 def test_a_name_differing_only_in_case_cannot_take_over_a_spelling():
     """`Dh` was accepted beside `dh`, and then `DH` (and `Dh`) resolved to the newcomer, where before they meant
     dh: compression's registry refuses such a name, the mask-protocol registry now does too."""

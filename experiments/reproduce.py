@@ -60,10 +60,12 @@ def counted_catchups_as_round_0(code) -> bool:
 
 def compare(committed: pd.DataFrame, fresh: pd.DataFrame) -> tuple[list[str], list[str]]:
     """(the columns and rounds where the fresh rows differ, notes on differences the counting rules explain);
-    the last fresh round is always evaluated, so where the committed run did not evaluate it, its accuracy is not
-    compared. Rows of a run that never finished (killed: fewer rows than the rerun) are compared round by round
+    the last fresh round is always evaluated, so where the committed run did not evaluate it, its accuracy and
+    loss are not compared; any other value blank on one side only differs (a rerun that stopped evaluating a round
+    is no match). Rows of a run that never finished (killed: fewer rows than the rerun) are compared round by round
     as far as they go, and a note says so."""
     head = committed[committed["round"] < len(fresh)].reset_index(drop=True)
+    last = len(fresh) - 1
     diffs, notes = [], []
     if len(head) < len(fresh):
         notes.append(f"the recorded rows stop after {len(head)} of the {len(fresh)} rounds rerun (a run that did not "
@@ -74,10 +76,13 @@ def compare(committed: pd.DataFrame, fresh: pd.DataFrame) -> tuple[list[str], li
         if col not in head or col not in fresh:
             continue
         a, b = head[col], fresh[col].reset_index(drop=True)
-        both = a.notna() & b.notna()
-        differ = both & (a != b)
+        differ = (a != b) & ~(a.isna() & b.isna())
+        if col in ("accuracy", "loss"):
+            differ &= ~(a.isna() & (head["round"] == last))
         if col == "bytes_down" and older and differ.any():
-            explained = differ & ((a - b).abs() <= CATCHUP_SLACK * head["catchups"])
+            # rows kept before catch-ups were counted have no count to explain a difference by: compared exactly
+            catchups = head["catchups"] if "catchups" in head else 0
+            explained = differ & ((a - b).abs() <= CATCHUP_SLACK * catchups)
             if explained.any():
                 notes.append(f"bytes_down differs by {int((b - a)[explained].sum())} bytes over "
                              f"{int(head.loc[explained, 'catchups'].sum())} catch-ups (rows before "

@@ -105,3 +105,36 @@ def test_a_run_that_did_not_finish_is_rerun_only_as_far_as_its_rows_go_and_said_
     out = capsys.readouterr().out
     assert out.count("the recorded run did not finish: 2 of its 5 rounds are recorded") == 1
     assert "of its 2 rounds" not in out
+
+
+def test_rows_kept_before_catch_ups_were_counted_are_compared_exactly_not_stopped_by_a_key_error():
+    """Rows without a catchups column (results/topk_digits, the docstring's example, recorded before commits were):
+    a bytes_down that differs, as a top-k broadcast's does on another CPU, raised KeyError: 'catchups'."""
+    committed = pd.DataFrame({"round": [0, 1], "accuracy": [0.5, 0.6], "bytes_down": [1000, 2000],
+                              "env_cpu": "AMD EPYC"})
+    fresh = _rows(reproduce.CATCHUP_COUNTED[:12], [1000, 2010], catchups=(0, 0)).assign(bytes_up_sketch=0,
+                                                                                       env_cpu="Intel Xeon")
+    diffs, notes = reproduce.compare(committed, fresh)
+    assert diffs == ["bytes_down differs in rounds [1]: 2000 vs 2010"] and notes[0].startswith("recorded on AMD EPYC")
+
+
+def test_a_value_blank_on_one_side_differs_except_the_reruns_last_evaluation():
+    """A rerun that left a round unevaluated (or a byte count empty) where the committed run has a value was
+    called identical: only the rerun's last round, always evaluated, may have what the committed run lacks."""
+    newer = reproduce.CATCHUP_COUNTED[:12]
+    nan = float("nan")
+    rows = lambda accuracy, loss=(1.0, 0.9, 0.8): pd.DataFrame({  # noqa: E731
+        "round": [0, 1, 2], "code": newer, "accuracy": accuracy, "loss": list(loss), "bytes_down": 1000, "catchups": 0})
+    fresh = rows([0.5, 0.6, 0.7])
+    assert reproduce.compare(rows([0.5, 0.6, nan], (1.0, 0.9, nan)), fresh) == ([], [])  # not evaluated there
+    assert reproduce.compare(rows([0.5, nan, 0.7]), fresh)[0] == ["accuracy differs in rounds [1]: nan vs 0.6"]
+    assert reproduce.compare(fresh, rows([nan, 0.6, 0.7]))[0] == ["accuracy differs in rounds [0]: 0.5 vs nan"]
+    assert reproduce.compare(fresh, rows([0.5, 0.6, 0.7], (1.0, nan, 0.8)))[0] == [
+        "loss differs in rounds [1]: 0.9 vs nan"]
+    assert reproduce.compare(fresh, fresh.assign(bytes_down=[1000, nan, 1000]))[0] == [
+        "bytes_down differs in rounds [1]: 1000 vs nan"]
+    assert reproduce.compare(fresh.assign(bytes_down=[1000, 1000, nan]), fresh)[0] == [  # only evaluation is excused
+        "bytes_down differs in rounds [2]: nan vs 1000"]
+    both_blank = rows([0.5, nan, 0.7])
+    assert reproduce.compare(both_blank, both_blank) == ([], [])
+

@@ -1,5 +1,6 @@
 """experiments.reproduce's comparison: exact, except the one counting rule that changed (a catch-up's length)."""
 import pandas as pd
+import pytest
 
 from experiments import reproduce
 
@@ -12,7 +13,10 @@ def _rows(code, bytes_down, catchups=(0, 3)):
 def test_rows_from_before_the_catch_up_rule_may_differ_in_bytes_down_by_the_catch_ups_only():
     fresh = _rows("", [1000, 2006])
     diffs, notes = reproduce.compare(_rows("", [1000, 2000]), fresh)  # blank: before commits were recorded
-    assert diffs == [] and notes and "6 bytes over 3 catch-ups" in notes[0]
+    assert diffs == [] and notes and "bytes_down differs by 6 bytes over 3 catch-ups" in notes[0]
+    assert reproduce.compare(_rows("", [1000, 2000]), _rows("", [1000, 2000 + 16 * 3])) == (
+        [], [f"bytes_down differs by 48 bytes over 3 catch-ups (rows before {reproduce.CATCHUP_COUNTED[:7]} charged "
+             "them at round 0's broadcast length)"])  # 16 bytes a catch-up, no more: within the rule
     diffs, _ = reproduce.compare(_rows("", [1000, 2000 - 16 * 3 - 1]), fresh)  # beyond what the rule explains
     assert diffs and diffs[0].startswith("bytes_down differs in rounds [1]")
     diffs, _ = reproduce.compare(_rows("", [1001, 2006]), fresh)  # no catch-up in round 0: exact
@@ -34,6 +38,7 @@ def test_the_commits_are_looked_up_in_the_code_s_repository_whatever_the_working
     older = "4eda4d26612a"  # the parent of CATCHUP_COUNTED
     monkeypatch.chdir(tmp_path)
     assert reproduce.counted_catchups_as_round_0(older)
+    assert reproduce.counted_catchups_as_round_0(older + "+modified")  # its commit, with uncommitted changes
     assert not reproduce.counted_catchups_as_round_0(reproduce.CATCHUP_COUNTED[:12])
     diffs, notes = reproduce.compare(_rows(older, [1000, 2000]), _rows(older, [1000, 2006]))
     assert diffs == [] and "6 bytes over 3 catch-ups" in notes[0]
@@ -138,3 +143,49 @@ def test_a_value_blank_on_one_side_differs_except_the_reruns_last_evaluation():
     both_blank = rows([0.5, nan, 0.7])
     assert reproduce.compare(both_blank, both_blank) == ([], [])
 
+
+@pytest.mark.parametrize("column", ["accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
+                                    "bytes_up_sketch", "bytes_down", "catchups", "rejected", "aborted", "dropped"])
+def test_every_outcome_and_byte_count_is_compared(column):
+    newer = reproduce.CATCHUP_COUNTED[:12]
+    committed = _rows(newer, [1000, 2000], catchups=(0, 0)).assign(**{column: [1, 2]})
+    diffs, _ = reproduce.compare(committed, committed.assign(**{column: [1, 3]}))
+    assert diffs == [f"{column} differs in rounds [1]: 2 vs 3"]
+
+
+def test_a_shorter_rerun_is_compared_over_its_own_rounds():
+    """--rounds R reruns the first R rounds of a longer committed run: only those are compared."""
+    newer = reproduce.CATCHUP_COUNTED[:12]
+    committed = pd.DataFrame({"round": range(4), "code": newer, "accuracy": [0.5, 0.6, 0.7, 0.8], "bytes_down": 1000,
+                              "catchups": 0})
+    assert reproduce.compare(committed, committed.head(2)) == ([], [])
+    assert reproduce.compare(committed, committed.head(2).assign(accuracy=[0.5, 0.65]))[0] == [
+        "accuracy differs in rounds [1]: 0.6 vs 0.65"]
+
+
+def test_a_rerun_writes_its_rows_apart_with_the_backend_asked_and_no_more_rounds_than_planned(tmp_path, monkeypatch):
+    """Rerun into the committed cell's own results.dir, fl.run would find it finished and read the committed rows
+    back: every comparison identical."""
+    import json
+
+    (tmp_path / "config.json").write_text(json.dumps({"backend": "ray", "results": {"dir": "results/topk_digits"},
+                                                      "ray": {"num_workers": None}, "fl": {"rounds": 20}}))
+    ran = []
+    monkeypatch.setattr(reproduce.fl, "run", lambda cfg: ran.append(cfg) or "rows")
+    assert reproduce.rerun(tmp_path, 50, "inline", 2, tmp_path / "out") == "rows"
+    reproduce.rerun(tmp_path, 3, "ray", None, tmp_path / "out")
+    assert [(c.results.dir, c.backend, c.ray.num_workers, c.fl.rounds) for c in ran] == [
+        (str(tmp_path / "out"), "inline", 2, 20), (str(tmp_path / "out"), "ray", None, 3)]
+
+
+def test_the_command_exits_non_zero_when_a_run_differs(tmp_path, monkeypatch, capsys):
+    import json
+    import sys
+
+    newer = reproduce.CATCHUP_COUNTED[:12]
+    (tmp_path / "config.json").write_text(json.dumps({"fl": {"rounds": 2}}))
+    _rows(newer, [1000, 2000]).to_csv(tmp_path / "rounds.csv", index=False)
+    monkeypatch.setattr(reproduce, "rerun", lambda *a: _rows(newer, [1000, 2000]).assign(accuracy=[0.5, 0.7]))
+    monkeypatch.setattr(sys, "argv", ["reproduce", str(tmp_path)])
+    assert reproduce.main() == 1
+    assert "DIFFERS over 2 rounds" in capsys.readouterr().out

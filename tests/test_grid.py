@@ -24,14 +24,17 @@ def test_a_shards_row_is_compared_with_shards_dense_not_with_iid_dense(tmp_path)
     assert table.loc["shards: top-k", "upload_vs_dense"] == pytest.approx(0.05)
     md = grid.write(table.reset_index(), str(tmp_path / "t"), "t", "cmd", "d")
     line = next(x for x in md.splitlines() if x.startswith("| shards: top-k"))
-    assert "| 1 | 0.600 |" in line and "±" not in line  # one seed: no spread shown, not ± 0.000
-    assert line.endswith("| A |") and "Hosts (" in md and "A = EPYC; B = Xeon" in md
+    # one seed: no spread shown, not ± 0.000; upload and download in MB (1e6 bytes), each in its own column
+    assert line == ("| shards: top-k | topk | 0.01 | none | per-client | 1 | 0.600 | -0.150 | 0.20 | 0.050x | 1.00 "
+                    "| 1.00 | A |")
+    assert "Hosts (" in md and "A = EPYC; B = Xeon" in md
 
 
 def test_two_seeds_show_their_spread_and_a_partition_without_dense_is_refused():
     runs = _runs([("dense", s, "iid", "Xeon", True, 0.8 + 0.02 * s, 4e6) for s in (0, 1)])
-    assert grid.accuracy_cell(*grid.summarize(runs)[["accuracy_mean", "accuracy_std", "seeds"]].iloc[0]) \
-        == "0.810 ± 0.014"
+    table = grid.summarize(runs)
+    assert grid.accuracy_cell(*table[["accuracy_mean", "accuracy_std", "seeds"]].iloc[0]) == "0.810 ± 0.014"
+    assert (table.bytes_up_mb[0], table.bytes_down_mb[0]) == (4.0, 1.0)  # a run's bytes, the mean over seeds
     with pytest.raises(ValueError, match="one dense setting per partition"):
         grid.summarize(_runs([("dense", 0, "iid", "Xeon", True, 0.8, 4e6),
                               ("shards: top-k", 0, "shards", "Xeon", False, 0.6, 1e5)]))
@@ -48,16 +51,37 @@ def test_upload_is_compared_with_the_dense_run_of_its_own_partition():
 def test_a_grid_line_holds_the_runs_byte_totals_and_the_median_round_after_the_first(monkeypatch):
     """Bytes are the run's totals (every round, both directions); seconds per round leave round 0 (start-up) out."""
     rows = pd.DataFrame({"partition": "iid", "env_cpu": "Xeon", "compression": "topk", "ratio": 0.1, "secagg": "none",
-                         "index_policy": "per-client", "accuracy": [0.5, 0.7, 0.9], "bytes_up": [10, 20, 30],
+                         "index_policy": "per-client", "accuracy": [0.5, 0.9, 0.7], "bytes_up": [10, 20, 30],
                          "bytes_down": [100, 200, 300], "t_round": [50.0, 1.0, 3.0]})
     monkeypatch.setattr(grid.fl, "compose", lambda overrides: overrides)
     monkeypatch.setattr(grid, "run_when_free", lambda cfg: rows)
     (line,) = grid.run_grid([("top-k", ["compression.ratio=0.1"])], [0]).to_dict("records")
-    assert (line["accuracy"], line["bytes_up"], line["bytes_down"], line["s_per_round"]) == (0.9, 60, 600, 2.0)
+    # the final accuracy, not the best
+    assert (line["accuracy"], line["bytes_up"], line["bytes_down"], line["s_per_round"]) == (0.7, 60, 600, 2.0)
     assert line["host"] == "Xeon"
+    rows = rows.head(1)  # a one-round run: its only round is its seconds per round
+    assert grid.run_grid([("top-k", ["compression.ratio=0.1"])], [0]).s_per_round.tolist() == [50.0]
 
 
 def test_hosts_pooled_on_one_line_get_each_host_its_own_letter():
     tag = hosts.letters(["Xeon + EPYC", "Xeon", "ARM"])
     assert tag == {"ARM": "A", "EPYC": "B", "Xeon": "C"}
     assert hosts.lettered(hosts.pooled(["Xeon", "EPYC", "Xeon"]), tag) == "B + C"
+
+
+def test_a_masked_dense_setting_is_compared_with_the_unmasked_dense_run_and_two_dense_baselines_are_refused():
+    """Dense + dh (no compression) is a setting of its own, as in the README's table, not a second baseline."""
+    runs = _runs([("dense", 0, "iid", "Xeon", True, 0.85, 4e6), ("dense + dh", 0, "iid", "Xeon", True, 0.84, 2e6)])
+    runs.loc[1, "secagg"] = "dh"
+    table = grid.summarize(runs).set_index("setting")
+    assert table.loc["dense + dh", "upload_vs_dense"] == pytest.approx(0.5)
+    assert table.loc["dense + dh", "accuracy_vs_dense"] == pytest.approx(-0.01)
+    with pytest.raises(ValueError, match="one dense setting per partition"):
+        grid.summarize(_runs([("dense", 0, "iid", "Xeon", True, 0.85, 4e6), ("dense again", 0, "iid", "Xeon", True,
+                                                                                0.84, 4e6)]))
+
+
+def test_rows_kept_before_the_cpu_was_recorded_name_an_unknown_host():
+    assert hosts.of(pd.DataFrame({"round": [0]})) == hosts.UNKNOWN
+    assert hosts.of(pd.DataFrame({"env_cpu": [float("nan")]})) == hosts.UNKNOWN  # a blank cell
+    assert hosts.of(pd.DataFrame({"env_cpu": ["Xeon"]})) == "Xeon"

@@ -43,6 +43,16 @@ def test_a_table_made_by_another_command_is_not_replaced_unless_forced(tmp_path,
     assert command_line("experiments.report", ["runs", "--force"]) == "python -m experiments.report runs"
 
 
+def test_the_recorded_command_of_a_script_run_from_the_shell_is_its_arguments_after_the_program(monkeypatch):
+    """main(None), as `python -m` calls it, reads sys.argv: its first item is the program, not an argument."""
+    import sys
+
+    from experiments.outputs import command_line
+
+    monkeypatch.setattr(sys, "argv", ["/x/experiments/field_bits.py", "--seeds", "0", "--force"])
+    assert command_line("experiments.field_bits", None) == "python -m experiments.field_bits --seeds 0"
+
+
 def test_the_report_refuses_to_replace_another_commands_table_before_reading_any_run(tmp_path):
     from experiments import report
 

@@ -47,6 +47,7 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
     each_once(ap, "--seeds", args.seeds or ())
+    each_once(ap, "--partitions", args.partitions)  # two dense baselines of one partition: refused after every run
     command = command_line("experiments.block_sizes", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)

@@ -13,7 +13,7 @@ import argparse
 from pathlib import Path
 
 import compression
-from experiments.args import each_once, summary
+from experiments.args import each_once, ratio, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -34,7 +34,7 @@ def settings(ratio):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=summary(__doc__))
-    ap.add_argument("--ratio", type=float, default=0.01)
+    ap.add_argument("--ratio", type=ratio, default=0.01)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/runs")

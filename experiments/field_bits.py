@@ -78,7 +78,8 @@ def main(argv=None):
     ap.add_argument("--out", default="results/field_bits")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
-    each_once(ap, "--seeds", args.seeds or ())
+    for option in ("seeds", "ratios", "widths", "summary_bits"):  # one setting twice: its runs counted twice
+        each_once(ap, "--" + option.replace("_", "-"), getattr(args, option) or ())
     command = command_line("experiments.field_bits", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
     ratios = args.ratios if args.against is None or args.against in args.ratios else [args.against, *args.ratios]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.args import each_once, summary
+from experiments.args import each_once, ratio, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line
 
@@ -55,7 +55,7 @@ def settings(ratios, base=(), partitions=(None,)):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--preset", choices=sorted(PRESETS), default="digits")
-    ap.add_argument("--ratios", type=float, nargs="+")
+    ap.add_argument("--ratios", type=ratio, nargs="+")
     ap.add_argument("--seeds", type=int, nargs="+")
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir")
@@ -63,6 +63,7 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
     each_once(ap, "--seeds", args.seeds or ())
+    each_once(ap, "--ratios", args.ratios or ())  # one setting twice: its runs counted twice
     p = PRESETS[args.preset]
     command = command_line("experiments.index_policies", argv)
     check_target(Path(args.out or p["out"]).with_suffix(".md"), command, args.force)

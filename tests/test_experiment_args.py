@@ -63,6 +63,26 @@ def test_a_seed_given_twice_is_refused_not_counted_as_a_second_run(main, capsys,
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.parametrize("main,argv,message", [
+    (field_bits.main, ["--ratios", "0.1", "0.01", "0.1"], "--ratios: 0.1 given more than once"),
+    (field_bits.main, ["--widths", "16", "16"], "--widths: 16 given more than once"),
+    (field_bits.main, ["--summary-bits", "8", "8"], "--summary-bits: 8 given more than once"),
+    (index_policies.main, ["--ratios", "0.01", "0.01"], "--ratios: 0.01 given more than once"),
+    (block_sizes.main, ["--partitions", "iid", "shards", "iid"], "--partitions: iid given more than once"),
+    (index_policies.main, ["--ratios", "0.1", "0"], "argument --ratios: '0': expected a ratio in (0, 1]"),
+    (codec_accuracy.main, ["--ratio", "1.5"], "argument --ratio: '1.5': expected a ratio in (0, 1]"),
+])
+def test_a_setting_given_twice_or_a_ratio_out_of_range_is_refused_before_any_run(main, argv, message, capsys, tmp_path,
+                                                                                 monkeypatch):
+    """A ratio or width given twice made its setting's lines twice: one table line of twice the seeds, its spread
+    and standard error those of the same runs counted twice; a ratio of 0 failed after the dense runs."""
+    monkeypatch.setattr(grid, "run_when_free", lambda cfg: pytest.fail("a cell ran"))
+    with pytest.raises(SystemExit) as ended:
+        main(argv + ["--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "t")])
+    assert ended.value.code == 2 and message in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("parse,good,bad", [(args.positive_int, ("1", "25"), ("0", "-3", "2.5", "x")),
                                             (args.share, ("0", "0.1"), ("1", "1.5", "-0.1", "nan")),
                                             (args.positive, ("0.5", "240"), ("0", "-1", "inf", "nan")),

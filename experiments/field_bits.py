@@ -24,11 +24,13 @@ from experiments.outputs import check_target, command_line
 DENSE = "dense (no masking, no compression)"
 
 
-def settings(ratios, widths, summary_bits=()):
+def settings(ratios, widths, summary_bits=(), against=None):
     """Dense, per-client top-k and masked top-k at each field width; `summary_bits`: the same masked settings
     again with the first exchange's summary (the `marginals` cells) quantized to that many bits instead of
-    quant_bits (compression.sketch_quant_bits)."""
+    quant_bits (compression.sketch_quant_bits); `against`, where `ratios` lacks it: per-client top-k only there."""
     yield DENSE, ["secagg=none", "compression=none"]
+    if against is not None and against not in ratios:  # the reference the masked lines are compared with
+        yield "per-client top-k (no masking)", ["secagg=none", f"compression.ratio={against}"]
     for ratio in ratios:
         yield "per-client top-k (no masking)", ["secagg=none", f"compression.ratio={ratio}"]
         for q in widths:
@@ -82,10 +84,8 @@ def main(argv=None):
         each_once(ap, "--" + option.replace("_", "-"), getattr(args, option) or ())
     command = command_line("experiments.field_bits", argv)
     check_target(Path(args.out).with_suffix(".md"), command, args.force)
-    ratios = args.ratios if args.against is None or args.against in args.ratios else [args.against, *args.ratios]
-    runs = run_grid(settings(ratios, args.widths, args.summary_bits), args.seeds, args.backend, args.runs_dir)
-    if args.against is not None and args.against not in args.ratios:  # its per-client runs only: no masked row
-        runs = runs[~((runs.ratio == args.against) & (runs.secagg != "none"))]
+    runs = run_grid(settings(args.ratios, args.widths, args.summary_bits, args.against), args.seeds, args.backend,
+                    args.runs_dir)
     table = summarize(runs)
     md = write(table, args.out, "Masked top-k against the width of its field",
                command,

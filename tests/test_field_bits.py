@@ -64,11 +64,13 @@ def test_against_compares_every_masked_ratio_with_per_client_top_k_at_one_ratio(
 
 
 def test_against_runs_the_reference_per_client_setting_without_its_masked_twin(tmp_path, monkeypatch):
+    """The masked settings at --against were run (widths x seeds runs) and then dropped from the table."""
     ran = []
 
     def runs_of(settings, seeds, *_):
         settings = list(settings)
-        ran.extend(label for label, _ in settings)
+        ran.extend((label, next(o for o in [*overrides, None] if o is None or o.startswith("compression.ratio=")))
+                   for label, overrides in settings)
         out = []
         for label, overrides in settings:
             ratio = next((float(o.split("=")[1]) for o in overrides if o.startswith("compression.ratio=")), 1.0)
@@ -84,6 +86,9 @@ def test_against_runs_the_reference_per_client_setting_without_its_masked_twin(t
     table = field_bits.main(["--ratios", "0.02", "--widths", "16", "--against", "0.01", "--seeds", "0", "1",
                              "--out", str(tmp_path / "b")])
     assert set(zip(table.ratio, table.secagg)) == {(1.0, "none"), (0.01, "none"), (0.02, "none"), (0.02, "dh")}
+    assert ran == [(field_bits.DENSE, None), ("per-client top-k (no masking)", "compression.ratio=0.01"),
+                   ("per-client top-k (no masking)", "compression.ratio=0.02"),
+                   ("masked, quant_bits 16 (field 20 bits)", "compression.ratio=0.02")]
     md = (tmp_path / "b.md").read_text()
     assert "- ratio 0.02, masked, quant_bits 16 (field 20 bits): +0.00 ± 0.00 points against per-client top-k at " \
            "ratio 0.01 (2 seeds" in md and "--against 0.01" in md

@@ -98,3 +98,18 @@ def test_each_masked_line_runs_at_the_quant_bits_its_label_names():
     labels = dict(field_bits.settings([0.01], [8, 16]))
     assert labels["masked, quant_bits 8 (field 12 bits)"] == ["secagg=dh", "compression.ratio=0.01", "secagg.quant_bits=8"]
     assert labels["masked, quant_bits 16 (field 20 bits)"][-1] == "secagg.quant_bits=16"
+
+
+def test_each_masked_line_names_the_field_its_runs_mask_in():
+    """The labels' field (quant_bits + 4) is the config's for the digits setting's 10 clients a round."""
+    import math
+
+    import fl
+    from fl.config import validate
+    from fl.plan import Plan
+
+    shapes = [(64, 64), (64,), (10, 64), (10,)]
+    for label, overrides in field_bits.settings([0.01], [8, 12, 16, 24], [8]):
+        if "secagg=dh" in overrides:
+            plan = Plan.build(validate(fl.compose(overrides)), [math.prod(s) for s in shapes], shapes)
+            assert f"(field {plan.masked_field_bits} bits)" in label, label

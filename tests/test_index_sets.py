@@ -1,10 +1,13 @@
 """The low-rank estimates of experiments.index_sets: exact where the energies have that rank, the rank-one sketch
 is `marginals`' estimate, and the cells counted are the sketch's; a third exchange at `marginals`' candidates
-picks the top k of the exact energies among them; a shared subspace projects each matrix and sends biases whole."""
+picks the top k of the exact energies among them; a shared subspace projects each matrix and sends biases whole;
+the error and movement of per-client and shared sets, the cells each choice counts, the table's columns."""
 import numpy as np
+import pytest
 
 from compression.marginals import Marginals
-from experiments.index_sets import CandidateEnergy, LowRankEnergy, SharedSubspace, movement_sent, relative_error
+from experiments.index_sets import (CandidateEnergy, LowRankEnergy, SharedSubspace, choices, movement_sent,
+                                    relative_error)
 
 SHAPES = [(12, 3, 5), (12,), (7, 12), (7,)]  # a conv-like tensor (12 x 15), a bias, a dense layer, a bias
 LENGTH = 12 * 15 + 12 + 7 * 12 + 7
@@ -90,3 +93,47 @@ def test_a_third_exchange_picks_the_top_k_of_the_exact_energies_among_the_margin
     candidates = np.argsort(-marginals.estimate(marginals.sketch(values)), kind="stable")[:2 * k]
     assert two.cols == marginals.cols + 2 * k and set(chosen) <= set(candidates)
     np.testing.assert_array_equal(chosen, np.sort(candidates[np.argsort(-energy[candidates], kind="stable")[:k]]))
+
+
+def test_the_error_of_the_sum_and_the_movement_sent_per_client_and_at_a_shared_set():
+    """Per-client top-k sums each client's own k (two clients' picks of one entry add up); a shared set keeps the
+    sum at its positions; movement sent is the share of the clients' squares at what each sends."""
+    updates = [np.array([3.0, 0, 1, 0]), np.array([2.0, 1, 0, 0])]  # the sum: [5, 1, 1, 0], |U|^2 = 27
+    assert relative_error(updates, None, 1) == pytest.approx(2 / 27)  # both send entry 0: 3 + 2
+    assert relative_error(updates, np.array([2]), 1) == pytest.approx(26 / 27)
+    assert movement_sent(updates, None, 1) == pytest.approx((9 + 4) / (10 + 5))
+    assert movement_sent(updates, np.array([2]), 1) == pytest.approx(1 / 15)
+
+
+def test_each_choice_counts_the_cells_of_its_masked_summary():
+    rng = np.random.default_rng(6)
+    updates = [rng.standard_normal(LENGTH).astype(np.float32) for _ in range(3)]
+    found = choices(updates, SHAPES, 10)
+    cells = {name: c for name, (_, c) in found.items()}
+    assert cells["fresh: marginals (the default)"] == Marginals(SHAPES).cols
+    assert cells["top-k of the sum (`exact`, a dense summary)"] == LENGTH
+    assert cells["per-client top-k (no shared set)"] is None
+    power = {name: c for name, c in cells.items() if "one power step" in name}
+    # P = M Q: m x r for each matrix (12 x 15 and 7 x 12), the first of the two exchanges
+    assert sorted(power.values()) == [1 * (12 + 7), 2 * (12 + 7), 4 * (12 + 7)]
+    assert all(len(positions) == 10 for positions, _ in found.values() if isinstance(positions, np.ndarray))
+
+
+def test_the_table_shows_each_partitions_mean_over_the_rounds_measured_under_its_column(tmp_path, monkeypatch):
+    import pandas as pd
+
+    from experiments import index_sets
+
+    def measure(scheme, ratio, seed):
+        return pd.DataFrame([{"partition": scheme, "round": r, "selection": name, "summary_cells": cells,
+                              "relative_error": base + r / 100 + (0.5 if scheme == "shards" else 0),
+                              "movement_sent": base / 10 + r / 1000 + (0.05 if scheme == "shards" else 0)}
+                             for r in (0, 2) for name, cells, base in (("a set", 1234, 0.2), ("no set", None, 0.3))])
+
+    monkeypatch.setattr(index_sets, "measure", measure)
+    index_sets.main(["--out", str(tmp_path / "t")])
+    lines = (tmp_path / "t.md").read_text().splitlines()
+    # error: IID, shards; movement: IID, shards; each the mean of rounds 0 and 2
+    assert "| a set | 1,234 | 0.210 | 0.710 | 0.021 | 0.071 |" in lines
+    assert "| no set |  | 0.310 | 0.810 | 0.031 | 0.081 |" in lines
+    assert len(pd.read_csv(tmp_path / "t.csv")) == 8

@@ -1,4 +1,5 @@
-"""experiments.bench_sim's measure of what evaluation adds to a round (no run: synthetic round times)."""
+"""experiments.bench_sim's measure of what evaluation adds to a round (no run: synthetic round times), a cell's
+figures from its rows, the goals, and the run a repeated cell reports."""
 import numpy as np
 import pytest
 
@@ -87,3 +88,88 @@ def test_a_cells_per_worker_parts_divide_by_the_runs_pool_not_the_machines_cores
     rows = read_rows(next(tmp_path.glob("*/rounds.csv")))
     assert (rows["num_workers"] == 2).all()
     assert out["train_s"] == pytest.approx((rows["t_train"] / rows["num_workers"]).iloc[1:].median())
+
+
+def test_a_cells_figures_are_taken_from_its_rows_as_the_docstring_defines_them(monkeypatch):
+    """round_s and its parts are medians over rounds 2..R; per-worker parts divide by the pool; peak_mb is the
+    driver's peak plus one largest worker's per worker; state per client sampled (here all 4)."""
+    import fl
+    import pandas as pd
+
+    from experiments.bench_sim import run_cell
+
+    nan = float("nan")
+    rows = pd.DataFrame({"num_workers": 2, "n_params": 100, "accuracy": [0.3, 0.5, 0.6], "t_setup": [5.0, 0, 0],
+                         "t_round": [10.0, 2.0, 4.0], "t_train": [8.0, 2.0, 2.0], "t_broadcast": [1.0, 0.1, 0.3],
+                         "t_aggregate": [0, 0.1, 0.1], "t_unmask": nan, "t_decode": [0, 0, 0.2],
+                         "t_evaluate": [0.5, 0.2, 0.4], "t_evaluate_carried": [0, 0.2, 0], "t_sync": 0.2,
+                         "t_encode": [0.2, 0.2, 0.4], "t_mask": nan, "driver_peak_mb": [100.0, 120.0, 110.0],
+                         "worker_peak_mb": [50.0, 60.0, 55.0], "state_bytes": [0, 1e6, 2e6]})
+    monkeypatch.setattr(fl, "compose", lambda overrides: overrides)
+    monkeypatch.setattr(fl, "run", lambda cfg: rows)
+    out = run_cell({"clients": 4, "model": "mlp_small", "secagg": "none", "compression": "topk", "seed": 0}, 3, "x")
+    expected = {"round_s": 3.0, "train_s": 1.0, "overhead_share": 2 / 3, "server_s": 0.4, "evaluate_s": 0.35,
+                "evaluate_share": 0.35 / 3, "evaluate_worker_s": 0.2, "client_work_s": 0.25, "rest_s": 1.0,
+                "first_round_s": 15.0, "driver_peak_mb": 120.0, "worker_peak_mb": 60.0, "peak_mb": 240.0,
+                "state_mb_per_client": 0.5, "accuracy": 0.6, "n_params": 100}
+    assert {key: out[key] for key in expected} == pytest.approx(expected)
+
+
+def test_the_goals_are_judged_on_the_figures_they_name():
+    import pandas as pd
+
+    from experiments.bench_sim import goals
+
+    table = pd.DataFrame([
+        {"clients": 50, "model": "mlp_small", "secagg": "none", "compression": "none", "round_s": 0.08,
+         "overhead_share": 0.2, "train_s": 0.064, "rest_s": 0.01, "server_s": 0.002, "evaluate_s": 0.001,
+         "client_work_s": 0.003, "share_runs": "0.100 0.200 0.300", "peak_mb": float("nan")},
+        {"clients": 1000, "model": "mlp_large", "secagg": "none", "compression": "topk", "round_s": 1.0,
+         "peak_mb": 4200.0},
+        {"clients": 1000, "model": "mlp_small", "secagg": "none", "compression": "none", "round_s": 1.0,
+         "peak_mb": 1000.0}])
+    lines = goals(table)
+    assert "| N = 50, small MLP, no secagg: steady round <= 0.06 s | 0.080 s | **missed** |" in lines
+    assert ("| ... framework's share of the round <= 25% | 20.0%, the median of 3 runs: 10.0%, 20.0%, 30.0% (training "
+            "64.0 ms of 80.0 ms; around it Ray's calls and waiting 10.0 ms, the server 2.0 ms, evaluation 1.0 ms, a "
+            "worker's encoding 3.0 ms) | met |") in lines
+    assert ("| N = 1000 completes rounds, peak memory < 4 GB | 2 cells completed; largest peak 4.10 GB (mlp_large, "
+            "none, topk) | **missed** |") in lines
+
+
+def test_a_repeated_cell_reports_its_run_of_median_share_and_every_file_goes_to_out(tmp_path, monkeypatch):
+    import json
+    import subprocess
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from experiments import bench_sim
+
+    cell = {"clients": 50, "model": "mlp_small", "secagg": "none", "compression": "none", "rounds": 30, "repeats": 3}
+    shares = iter([0.3, 0.1, 0.2])
+
+    def run(cmd, **_):
+        share = next(shares)
+        figures = {"clients": 50, "model": "mlp_small", "secagg": "none", "compression": "none", "rounds": 30,
+                   "round_s": 0.04 + share, "overhead_share": share, "train_s": 0.03, "rest_s": 0.01, "server_s": 0.0,
+                   "evaluate_s": 0.0, "client_work_s": 0.0}
+        return SimpleNamespace(returncode=0, stdout="noise\n" + json.dumps(figures), stderr="")
+
+    monkeypatch.setattr(bench_sim, "cells", lambda quick: iter([dict(cell)]))
+    monkeypatch.setattr(subprocess, "run", run)
+    monkeypatch.setattr(bench_sim, "single_run", lambda: {
+        "wall_s": 9.0, "startup_s": 6.0, "rounds_s": 1.0, "exit_s": 2.0, "startup_exit_per_rounds": 8.0,
+        "peak_tree_pss_mb": 900.0, "processes": 4, "held_mb": {"driver": [300], "worker": [300, 300]},
+        "peak_runs": [880, 900, 950]})
+    monkeypatch.setattr(bench_sim, "sweep_rows", lambda quick: pd.DataFrame([
+        {"sweep": "inline", "cells": 20, "equal_to_inline": 20, "wall_s": 10.0, "walls_s": "10.0", "vs_inline": 1.0,
+         "per_cell_overhead_s": 0.1, "first_cell_s": 1.0, "nodes": 1},
+        {"sweep": "ray", "cells": 20, "equal_to_inline": 20, "wall_s": 12.0, "walls_s": "12.0", "vs_inline": 1.2,
+         "per_cell_overhead_s": 0.2, "first_cell_s": 4.0, "nodes": 1}]))
+    table = bench_sim.main(["--quick", "--out", str(tmp_path / "b")])
+    assert table.overhead_share.tolist() == [0.2] and table.share_runs.tolist() == ["0.100 0.200 0.300"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.csv", "b.md", "b_sweeps.csv"]
+    md = (tmp_path / "b.md").read_text()
+    assert "| ... framework's share of the round <= 25% | 20.0%, the median of 3 runs: 10.0%, 20.0%, 30.0%" in md
+    assert "| quick preset swept with `backend=ray` <= 1.3x `backend=inline` | 1.20x" in md

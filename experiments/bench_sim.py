@@ -13,7 +13,8 @@ it (summed over clients, divided by the number of workers, which train in parall
 1 - train_s / round_s is the framework's own share; first_round_s = Ray's start (from just after the
 configuration is validated) + round 1;
 run_s = the whole fl.run call (Ray start and shutdown included); process_s = the cell's whole process
-(Python start, imports, fl.run, exit); peak_mb = the driver's peak RSS plus each worker's (ru_maxrss);
+(Python start, imports, fl.run, exit); peak_mb = the driver's peak RSS plus the largest worker's times the
+number of workers (ru_maxrss; the rows keep only the largest worker's, so a bound on the sum);
 state_mb_per_client = error-feedback residuals kept between rounds, per client that has one.
 Where the framework's share goes (medians over the same rounds): server_s = the driver's broadcast encoding,
 decoding, summing and unmasking; evaluate_s = evaluation on the test split (after the round, or a worker's

@@ -72,6 +72,12 @@ def watch(args: list[str], interval: float = 0.05) -> dict:
         if proc.returncode != 0:
             raise RuntimeError(f"simulate.py failed: {err[-1500:]}")
         done = json.loads(next(Path(tmp).glob("*/done.json")).read_text())
+    return figures(t0, t_exit, done, peak)
+
+
+def figures(t0: float, t_exit: float, done: dict, peak: dict) -> dict:
+    """The run's figures from its start and exit (wall clock), its done.json's round times and the tree's peak
+    sample (total bytes, and each role's processes' bytes)."""
     rounds = done["rounds_ended_at"] - done["rounds_started_at"]
     startup, exit_s = done["rounds_started_at"] - t0, t_exit - done["rounds_ended_at"]
     return {"wall_s": t_exit - t0, "startup_s": startup, "rounds_s": rounds, "exit_s": exit_s,

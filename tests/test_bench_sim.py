@@ -173,3 +173,15 @@ def test_a_repeated_cell_reports_its_run_of_median_share_and_every_file_goes_to_
     md = (tmp_path / "b.md").read_text()
     assert "| ... framework's share of the round <= 25% | 20.0%, the median of 3 runs: 10.0%, 20.0%, 30.0%" in md
     assert "| quick preset swept with `backend=ray` <= 1.3x `backend=inline` | 1.20x" in md
+
+
+def test_a_single_runs_start_up_exit_and_peak_are_taken_from_its_clock_and_done_json():
+    """experiments.process_tree (bench_sim's single-run section): start-up is the start to the first round, exit
+    the last round's end to the process's, both against the rounds' time; PSS in MiB, every process counted."""
+    from experiments.process_tree import figures
+
+    out = figures(100.0, 112.0, {"rounds_started_at": 106.0, "rounds_ended_at": 108.0},
+                  {"total": 2**30, "by": {"worker": [2**28, 2**28], "driver (simulate.py)": [2**29]}})
+    assert out == {"wall_s": 12.0, "startup_s": 6.0, "rounds_s": 2.0, "exit_s": 4.0, "startup_exit_per_rounds": 5.0,
+                   "peak_tree_pss_mb": 1024.0, "processes": 3,
+                   "held_mb": {"driver (simulate.py)": [512], "worker": [256, 256]}}

@@ -30,7 +30,7 @@ from cryptography import __version__ as cryptography_version
 
 import secagg
 from experiments.args import each_once, positive, positive_int, share, summary
-from experiments.outputs import check_target, command_line, together
+from experiments.outputs import check_target, command_line, table_file, together
 from fl import wire
 from fl.environment import cpu_model
 from secagg import shamir
@@ -333,15 +333,15 @@ def main(argv=None) -> pd.DataFrame:
                     ap.error(f"--dropouts {dropout:g}: {protocol} with {n} clients needs {needed} survivors, so at "
                              f"most {n - needed} of them ({(n - needed) / n:.3g}) can drop")
     cmd = command_line("experiments.bench_secagg", argv)
-    check_target(Path(args.out).with_suffix(".md"), cmd, args.force)
+    check_target(table_file(args.out, ".md"), cmd, args.force)
     print(f"machine: {machine()}", flush=True)
     df = run(args.protocols, args.sizes, args.lengths, args.dropouts, args.budget, args.seed, args.repeats)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):
+    with together(table_file(out, ".csv"), table_file(out, ".md")) as (csv, md):
         df.to_csv(csv, index=False)
         md.write_text(markdown(df, cmd, args.budget))
-    print(f"wrote {out.with_suffix('.csv')} and {out.with_suffix('.md')}")
+    print(f"wrote {table_file(out, '.csv')} and {table_file(out, '.md')}")
     return df
 
 

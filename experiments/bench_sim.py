@@ -43,7 +43,7 @@ import pandas as pd
 
 from experiments.args import positive_int, summary
 from experiments import bench_sweep
-from experiments.outputs import check_target, command_line, together
+from experiments.outputs import check_target, command_line, table_file, together
 from experiments.process_tree import CELL as CELL_50  # a single run's start-up, exit and memory
 from fl.environment import cpu_model
 
@@ -184,7 +184,7 @@ def main(argv=None) -> pd.DataFrame:
         gc.freeze()  # as simulate.py does: no final collection of the process's objects at exit
         return None
     command = command_line("experiments.bench_sim", argv)
-    check_target(Path(args.out).with_suffix(".md"), command, args.force)
+    check_target(table_file(args.out, ".md"), command, args.force)
     out_rows = []
     started, load = time.perf_counter(), os.getloadavg()
     for cell in cells(args.quick):
@@ -223,7 +223,7 @@ def main(argv=None) -> pd.DataFrame:
           __doc__.split("\n\n", 2)[2].strip(), "", *goals(table), *sweep_goals(single, sweeps), "",
           table.drop(columns=["round_times", "keep_rounds"], errors="ignore").to_markdown(index=False, floatfmt=".3f"), "", *single_run_lines(single), "",
           *sweep_lines(sweeps, args.quick)]
-    with together(out.with_suffix(".csv"), out.parent / (out.name + "_sweeps.csv"), out.with_suffix(".md")) as files:
+    with together(table_file(out, ".csv"), table_file(out, "_sweeps.csv"), table_file(out, ".md")) as files:
         table.to_csv(files[0], index=False)  # written last, with the rest: a run stopped mid-way replaces nothing
         sweeps.to_csv(files[1], index=False)
         files[2].write_text("\n".join(md) + "\n")

@@ -9,11 +9,10 @@ The Fashion-MNIST table's setting (+experiment=fmnist_table: lenet, 100 clients 
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from experiments.args import each_once, ratio, summary
 from experiments.grid import run_grid, summarize, write
-from experiments.outputs import check_target, command_line
+from experiments.outputs import check_target, command_line, table_file
 
 DENSE = "dense (no masking, no compression)"
 # (entries per block, bits of each summary cell; null: secagg.quant_bits, 16), error feedback
@@ -49,7 +48,7 @@ def main(argv=None):
     each_once(ap, "--seeds", args.seeds or ())
     each_once(ap, "--partitions", args.partitions)  # two dense baselines of one partition: refused after every run
     command = command_line("experiments.block_sizes", argv)
-    check_target(Path(args.out).with_suffix(".md"), command, args.force)
+    check_target(table_file(args.out, ".md"), command, args.force)
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)
     table = summarize(runs)
     print(write(table, args.out, "Masked top-k on Fashion-MNIST against its `fresh` summary: blocks of each size, and marginals",

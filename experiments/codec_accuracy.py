@@ -10,12 +10,11 @@ feedback on for biased codecs. Dense codecs (fp16, int8, qsgd) ignore the ratio.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import compression
 from experiments.args import each_once, ratio, summary
 from experiments.grid import run_grid, summarize, write
-from experiments.outputs import check_target, command_line
+from experiments.outputs import check_target, command_line, table_file
 
 DENSE = "dense"
 
@@ -43,7 +42,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     each_once(ap, "--seeds", args.seeds or ())
     command = command_line("experiments.codec_accuracy", argv)
-    check_target(Path(args.out).with_suffix(".md"), command, args.force)
+    check_target(table_file(args.out, ".md"), command, args.force)
     table = summarize(run_grid(settings(args.ratio), args.seeds, args.backend, args.runs_dir))
     print(write(table, args.out, f"Every codec at ratio {args.ratio:g} against dense",
                 command,

@@ -41,7 +41,7 @@ import compression
 from compression.positions import ENCODING_NAMES, position_sizes
 from fl import wire
 from experiments.args import positive_int, summary
-from experiments.outputs import check_target, command_line, together
+from experiments.outputs import check_target, command_line, table_file, together
 from fl.environment import cpu_model
 
 RATIOS = (0.5, 0.1, 0.01, 0.001)
@@ -309,7 +309,7 @@ def main(argv=None) -> pd.DataFrame:
         ap.error("--large-reps: --quick runs no 1e7 workload")
     args.reps, args.large_reps = args.reps or (3 if args.quick else 25), args.large_reps or 5
     command = command_line("experiments.codec_bench", argv)
-    check_target(Path(args.out).with_suffix(".md"), command, args.force)
+    check_target(table_file(args.out, ".md"), command, args.force)
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     rows, position_table = [], []
     for workload, arrays in workloads(args.quick):
@@ -328,10 +328,10 @@ def main(argv=None) -> pd.DataFrame:
     positions = pd.DataFrame(position_table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):
+    with together(table_file(out, ".csv"), table_file(out, ".md")) as (csv, md):
         df.to_csv(csv, index=False)
         write_report(df, positions, md, command, time.perf_counter() - start, (load_start, os.getloadavg()[0]))
-    print(out.with_suffix(".md").read_text())
+    print(table_file(out, ".md").read_text())
     return df
 
 

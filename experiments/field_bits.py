@@ -12,14 +12,13 @@ digits, 10 IID clients, 20 rounds, mlp_large, ratio 0.01 and 0.1, seeds 0-2, run
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from experiments.args import each_once, ratio, summary
 from experiments.grid import run_grid, summarize, write
-from experiments.outputs import check_target, command_line
+from experiments.outputs import check_target, command_line, table_file
 
 DENSE = "dense (no masking, no compression)"
 
@@ -83,7 +82,7 @@ def main(argv=None):
     for option in ("seeds", "ratios", "widths", "summary_bits"):  # one setting twice: its runs counted twice
         each_once(ap, "--" + option.replace("_", "-"), getattr(args, option) or ())
     command = command_line("experiments.field_bits", argv)
-    check_target(Path(args.out).with_suffix(".md"), command, args.force)
+    check_target(table_file(args.out, ".md"), command, args.force)
     runs = run_grid(settings(args.ratios, args.widths, args.summary_bits, args.against), args.seeds, args.backend,
                     args.runs_dir)
     table = summarize(runs)

@@ -8,7 +8,7 @@ import pandas as pd
 
 import fl
 from experiments import hosts
-from experiments.outputs import together
+from experiments.outputs import table_file, together
 from fl.errors import RunInProgress
 
 
@@ -84,7 +84,7 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
     legend = ["", "Hosts (the CPU each setting's runs were made on; seconds per round compare only between rows of "
               "one host): " + hosts.legend(tag) + "."]
     md = "\n".join([*lines, *legend, *notes]) + "\n"
-    with together(path.with_suffix(".csv"), path.with_suffix(".md")) as (csv, markdown):
+    with together(table_file(path, ".csv"), table_file(path, ".md")) as (csv, markdown):
         table.to_csv(csv, index=False)
         markdown.write_text(md)
     return md

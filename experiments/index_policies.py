@@ -12,11 +12,10 @@ ran are reused). Client and server compression and error feedback on; finished r
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from experiments.args import each_once, ratio, summary
 from experiments.grid import run_grid, summarize, write
-from experiments.outputs import check_target, command_line
+from experiments.outputs import check_target, command_line, table_file
 
 DENSE = "dense (no masking, no compression)"
 
@@ -66,7 +65,7 @@ def main(argv=None):
     each_once(ap, "--ratios", args.ratios or ())  # one setting twice: its runs counted twice
     p = PRESETS[args.preset]
     command = command_line("experiments.index_policies", argv)
-    check_target(Path(args.out or p["out"]).with_suffix(".md"), command, args.force)
+    check_target(table_file(args.out or p["out"], ".md"), command, args.force)
     ratios, seeds = args.ratios or p["ratios"], args.seeds or p["seeds"]
     runs = run_grid(settings(ratios, p["base"], p["partitions"]), seeds, args.backend, args.runs_dir or p["runs_dir"])
     table = summarize(runs)

@@ -34,7 +34,7 @@ import torch
 
 import fl
 from experiments.args import ratio, summary
-from experiments.outputs import check_target, command_line, together
+from experiments.outputs import check_target, command_line, table_file, together
 from compression.blocks import BlockEnergy
 from compression.exact_summary import EnergySummary, ExactSummary
 from compression.marginals import Marginals
@@ -228,7 +228,7 @@ def main(argv=None):
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
     command = command_line("experiments.index_sets", argv)
-    check_target(Path(args.out).with_suffix(".md"), command, args.force)
+    check_target(table_file(args.out, ".md"), command, args.force)
     rows = pd.concat([measure(scheme, args.ratio, args.seed) for scheme in ("iid", "shards")])
     table = rows.pivot_table(index="selection", columns="partition", values=["relative_error", "movement_sent"],
                              aggfunc="mean", sort=False)
@@ -253,7 +253,7 @@ def main(argv=None):
                      f"{r['relative_error', 'shards']:.3f} | {r['movement_sent', 'iid']:.3f} | "
                      f"{r['movement_sent', 'shards']:.3f} |")
     md = "\n".join(lines) + "\n"
-    with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, markdown):
+    with together(table_file(out, ".csv"), table_file(out, ".md")) as (csv, markdown):
         rows.to_csv(csv, index=False)
         markdown.write_text(md)
     print(md)

@@ -24,6 +24,16 @@ def together(*paths: Path):
         os.replace(temp, path)
 
 
+def table_file(out, suffix: str) -> Path:
+    """The file `<out><suffix>` of a table written to --out `out`. An `out` ending in .md or .csv has that suffix
+    swapped; any other dot is part of the name (with_suffix turned `--out results/budget_0.015` into
+    results/budget_0.md, where `--out results/budget_0.01` wrote too)."""
+    out = Path(out)
+    if out.suffix in (".md", ".csv"):
+        out = out.with_suffix("")
+    return out.with_name(out.name + suffix)
+
+
 def check_target(md: Path, command: str, force: bool = False) -> None:
     """Before any work: refuse to replace a table that another command made (other seeds, `--quick`, other
     ratios), which would silently put a different table where the committed one was. Its own command, another

@@ -1,4 +1,6 @@
 """A table's files are replaced together, only once all are written: a crash leaves the committed set whole."""
+from pathlib import Path
+
 import pytest
 
 from experiments.outputs import together
@@ -61,3 +63,35 @@ def test_the_report_refuses_to_replace_another_commands_table_before_reading_any
     (out / "topk_table.md").write_text("# Top-k results\n\nRegenerate: `python -m experiments.report a --out x`\n")
     with pytest.raises(SystemExit, match="was made by"):
         report.main([str(tmp_path / "no-such-folder"), "--out", str(out)])  # refused before the folder is read
+
+
+def test_a_dot_in_out_is_part_of_the_tables_name_and_a_table_suffix_given_is_swapped(tmp_path):
+    from experiments.outputs import table_file
+
+    assert table_file("results/budget_0.015", ".md") == Path("results/budget_0.015.md")
+    assert table_file("results/budget_0.015", "_sweeps.csv") == Path("results/budget_0.015_sweeps.csv")
+    assert table_file("results/field_bits.md", ".csv") == Path("results/field_bits.csv")
+    assert table_file("results/field_bits.csv", "_sweeps.csv") == Path("results/field_bits_sweeps.csv")
+    assert table_file(tmp_path / "t", ".md") == tmp_path / "t.md"
+
+
+def test_tables_out_at_two_ratios_are_two_tables_not_one_refused_or_replaced(tmp_path, monkeypatch):
+    """--out results/masked_budget_0.01 and _0.015 both wrote results/masked_budget_0.{csv,md}: the second was
+    refused as another command's table, and with --force replaced it."""
+    import pandas as pd
+
+    from experiments import field_bits
+
+    def runs(settings, seeds, *_):
+        return pd.DataFrame([{"setting": label, "seed": seed, "partition": "iid", "host": "cpu",
+                              "compression": "none" if "compression=none" in overrides else "topk",
+                              "ratio": 1.0 if "compression=none" in overrides else 0.01,
+                              "secagg": "dh" if "secagg=dh" in overrides else "none", "policy_ran": "p",
+                              "accuracy": 0.9, "bytes_up": 1e6, "bytes_down": 1e6, "s_per_round": 0.1}
+                             for label, overrides in settings for seed in seeds])
+
+    monkeypatch.setattr(field_bits, "run_grid", runs)
+    for name in ("budget_0.01", "budget_0.015"):
+        field_bits.main(["--ratios", "0.01", "--widths", "16", "--seeds", "0", "--out", str(tmp_path / name)])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["budget_0.01.csv", "budget_0.01.md", "budget_0.015.csv",
+                                                          "budget_0.015.md"]

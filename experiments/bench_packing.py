@@ -19,7 +19,7 @@ import pandas as pd
 from compression import packing
 from experiments.args import positive_int, summary
 from experiments.codec_bench import machine
-from experiments.outputs import check_target, command_line, together
+from experiments.outputs import check_target, command_line, table_file, together
 
 WIDTHS = (12, 20, 31)
 LENGTHS = (10**5, 10**6, 10**7)
@@ -114,7 +114,7 @@ def main(argv=None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     command = command_line("experiments.bench_packing", argv)
     out = Path(args.out)
-    check_target(out.with_suffix(".md"), command, args.force)
+    check_target(table_file(out, ".md"), command, args.force)
     start, load_start = time.perf_counter(), os.getloadavg()[0]
     rows = []
     for width in WIDTHS:
@@ -126,10 +126,10 @@ def main(argv=None) -> pd.DataFrame:
         rows += measure(20, n, 20 * args.reps, paths=("bit matrix", "groups"), section="crossover")
     df = pd.DataFrame(rows)
     out.parent.mkdir(parents=True, exist_ok=True)
-    with together(out.with_suffix(".csv"), out.with_suffix(".md")) as (csv, md):
+    with together(table_file(out, ".csv"), table_file(out, ".md")) as (csv, md):
         df.to_csv(csv, index=False)
         write_report(df, md, command, time.perf_counter() - start, (load_start, os.getloadavg()[0]))
-    print(out.with_suffix(".md").read_text())
+    print(table_file(out, ".md").read_text())
     return df
 
 

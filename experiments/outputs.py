@@ -36,13 +36,16 @@ def table_file(out, suffix: str) -> Path:
 
 def check_target(md: Path, command: str, force: bool = False) -> None:
     """Before any work: refuse to replace a table that another command made (other seeds, `--quick`, other
-    ratios), which would silently put a different table where the committed one was. Its own command, another
-    `--out`, or `--force` (which is not part of the command) write."""
+    ratios), which would silently put a different table where the committed one was, or a file no command made
+    (results/README.md). Its own command, another `--out`, or `--force` (which is not part of the command) write."""
     md = Path(md)
     if force or not md.exists():
         return
-    made = re.search(r"^Regenerate: `([^`]*)`", md.read_text(), re.MULTILINE)
-    if made and made.group(1) != command:
+    made = re.search(r"^Regenerate: `([^`]*)`", md.read_text(errors="replace"), re.MULTILINE)
+    if made is None:
+        raise SystemExit(f"{md} exists and no command made it (it has no `Regenerate:` line): this would replace it "
+                         "with a table. Write elsewhere with --out, or add --force")
+    if made.group(1) != command:
         raise SystemExit(f"{md} was made by `{made.group(1)}`, not `{command}`: this would replace that table with "
                          "another. Rerun its own command to regenerate it, write elsewhere with --out, or add --force")
 

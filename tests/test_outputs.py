@@ -42,6 +42,11 @@ def test_a_table_made_by_another_command_is_not_replaced_unless_forced(tmp_path,
         check_target(md, narrower)
     check_target(md, narrower, force=True)
     check_target(tmp_path / "elsewhere.md", narrower)  # a new path
+    notes = tmp_path / "README.md"  # a file no command made (results/README.md): never replaced unless forced
+    notes.write_text("# Results\n\nWritten by hand.\n")
+    with pytest.raises(SystemExit, match="no command made it"):
+        check_target(notes, narrower)
+    check_target(notes, narrower, force=True)
     assert command_line("experiments.report", ["runs", "--force"]) == "python -m experiments.report runs"
 
 

@@ -45,3 +45,19 @@ def test_each_mode_is_its_repeats_medians_against_inline_and_its_cells_against_i
     assert rows["ray"]["vs_inline"] == pytest.approx(13.5 / 10.5) and rows["inline"]["vs_inline"] == 1.0
     assert rows["ray"]["walls_s"] == "12.0 15.0"
     assert (rows["ray"]["cells"], rows["ray"]["equal_to_inline"], rows["inline"]["equal_to_inline"]) == (2, 1, 2)
+
+
+def test_a_cell_is_equal_to_inlines_only_if_every_outcome_reproduce_compares_is(tmp_path):
+    """A cell whose rows differ only in an aborted round or the summary's bytes is another result."""
+    from experiments.reproduce import COMPARED
+
+    assert set(COMPARED) <= set(bench_sweep.COMPUTED)
+    _cell(tmp_path / "inline", "a", 0.0, 1.0, 2.0, [1.0])
+    reference = bench_sweep.cells(tmp_path / "inline")
+    for column in COMPARED:
+        _cell(tmp_path / column, "a", 0.0, 1.0, 2.0, [1.0])
+        rows = pd.read_csv(tmp_path / column / "a" / "rounds.csv")
+        rows[column] = 1
+        rows.to_csv(tmp_path / column / "a" / "rounds.csv", index=False)
+        assert bench_sweep.equal_cells(bench_sweep.cells(tmp_path / column), reference) == 0, column
+    assert bench_sweep.equal_cells(reference, reference) == 1

@@ -46,7 +46,8 @@ def summarize(runs: pd.DataFrame) -> pd.DataFrame:
     """Mean ± std over seeds per setting; accuracy and upload relative to the dense run (no compression, no
     masking) on the same partition: a shards row against IID dense would count the partition's cost as the
     method's. `hosts`: the CPUs a setting's runs were made on (seconds compare only within one)."""
-    table = (runs.groupby(["setting", "partition", "compression", "ratio", "secagg", "policy_ran"], sort=False)
+    table = (runs.groupby(["setting", "partition", "compression", "ratio", "secagg", "policy_ran"], sort=False,
+                          dropna=False)  # a run with a blank key (rows from before a column) is still a line
              .agg(accuracy_mean=("accuracy", "mean"), accuracy_std=("accuracy", "std"), seeds=("seed", "count"),
                   bytes_up_mb=("bytes_up", lambda b: b.mean() / 1e6),
                   bytes_down_mb=("bytes_down", lambda b: b.mean() / 1e6),

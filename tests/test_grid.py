@@ -85,3 +85,11 @@ def test_rows_kept_before_the_cpu_was_recorded_name_an_unknown_host():
     assert hosts.of(pd.DataFrame({"round": [0]})) == hosts.UNKNOWN
     assert hosts.of(pd.DataFrame({"env_cpu": [float("nan")]})) == hosts.UNKNOWN  # a blank cell
     assert hosts.of(pd.DataFrame({"env_cpu": ["Xeon"]})) == "Xeon"
+
+
+def test_a_run_whose_policy_is_blank_is_still_a_line_not_dropped():
+    """Rows written before a column existed read it as blank: groupby's default would drop the run silently."""
+    runs = _runs([("dense", 0, "iid", "Xeon", True, 0.85, 4e6), ("top-k", 0, "iid", "Xeon", False, 0.80, 1e5)])
+    runs.loc[runs.setting == "top-k", "policy_ran"] = None
+    table = grid.summarize(runs).set_index("setting")
+    assert list(table.index) == ["dense", "top-k"] and table.loc["top-k", "seeds"] == 1

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=summary(__doc__))
     parser.add_argument("--dataset", default="digits", choices=list(INPUT_SHAPES))
     parser.add_argument("--root", default="data", help="dataset.root for mnist/fashion_mnist/cifar10")
-    parser.add_argument("--synthetic", type=int, default=0, metavar="N",
+    parser.add_argument("--synthetic", type=positive_int, default=None, metavar="N",
                         help="time N random samples of the dataset's shape instead of its files")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     parser.add_argument("--clients", type=positive_int, default=10)

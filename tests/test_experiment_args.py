@@ -131,8 +131,10 @@ def test_dropouts_that_leave_exactly_the_threshold_of_survivors_are_measured(tmp
 
 
 def test_gpu_rounds_counts_are_refused_below_one(capsys):
-    """--clients 0 ran a round of no clients; --epochs 0 and --batch-size 0 trained nothing or crashed."""
-    for option in ("--clients", "--epochs", "--batch-size"):
+    """--clients 0 ran a round of no clients; --epochs 0 and --batch-size 0 trained nothing or crashed; a negative
+    --synthetic count was taken as asked for and failed building its samples."""
+    for option, value in (("--clients", "0"), ("--epochs", "0"), ("--batch-size", "0"), ("--synthetic", "-5")):
         with pytest.raises(SystemExit) as ended:
-            gpu_round.main([option, "0"])
-        assert ended.value.code == 2 and f"argument {option}: '0': expected an integer >= 1" in capsys.readouterr().err
+            gpu_round.main([option, value])
+        assert ended.value.code == 2
+        assert f"argument {option}: '{value}': expected an integer >= 1" in capsys.readouterr().err

@@ -170,3 +170,17 @@ def test_bad_options_are_refused():
         with pytest.raises(ValueError):
             CountSketchCompression(0.1, **options)
     assert CountSketchCompression(0.1, cols_per_k=np.float32(2.0)).k_for(1000) == 10  # a numpy float is a number
+
+
+def test_columns_read_the_ratio_as_the_decimal_it_prints_as():
+    """0.29 * 100 is 28.999999999999996 in binary floating point: the table has the 29 columns 0.29 means."""
+    assert CountSketchCompression(0.29, rows=1).shape_for(100) == (1, 29)
+    assert CountSketchCompression(0.07, rows=1).shape_for(100) == (1, 7)
+
+
+def test_the_accumulated_table_is_float64_so_a_small_addition_to_a_large_sum_is_kept():
+    codec = CountSketchCompression(0.5, rows=1, cols_per_k=1)
+    accumulator = SketchAccumulator(codec, 8)
+    accumulator.add(np.full((1, 4), 2.0 ** 25, np.float32))
+    accumulator.add(np.ones((1, 4), np.float32))  # 2**25 + 1 is not a float32
+    assert accumulator.table.tolist() == [[2.0 ** 25 + 1] * 4]

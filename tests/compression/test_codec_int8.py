@@ -70,3 +70,13 @@ def test_decode_rejects_malformed_payloads():
             codec.decode(payload[:cut], 3)
     with pytest.raises(DecodeError, match="trailing"):
         codec.decode(payload + b"\x00", 3)
+
+
+def test_the_scale_is_rounded_up_so_that_127_scales_reach_the_peak():
+    """float32(1 / 127) * 127 < 1: the scale is one float32 step above, the smallest with 127 * scale >= max|v|."""
+    payload = Int8Compression().encode(np.array([1.0, -0.25], dtype=np.float32))
+    scale = np.frombuffer(payload, "<f4", count=1, offset=9)[0]
+    assert float(np.float32(1 / 127)) * 127 < 1.0
+    assert float(scale) * 127 >= 1.0 > float(np.nextafter(scale, np.float32(0))) * 127
+    per_layer = Int8Compression(layout=[1, 1]).encode(np.array([1.0, 1.0], dtype=np.float32))
+    assert np.frombuffer(per_layer, "<f4", count=2, offset=5 + 4 + 8).tolist() == [scale, scale]

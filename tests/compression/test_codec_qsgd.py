@@ -145,3 +145,22 @@ def test_bad_options_are_refused():
     for levels in (0, 32768, 2.5, True):
         with pytest.raises(ValueError, match="levels"):
             QSGDCompression(levels=levels)
+
+
+def test_an_entry_holding_the_whole_norm_is_level_s_so_a_one_hot_vector_is_exact():
+    """|v_i| = r gives level s (floor(s + u) = s): the top level is reachable, and a one-hot vector decodes exactly
+    (a level capped below s would lose r / s of it on every encode, a bias error feedback cannot see)."""
+    for levels in (1, 2, 16, 1000):
+        vector = np.zeros(50, np.float32)
+        vector[7] = -3.0
+        decoded = QSGDCompression(levels=levels).decode(QSGDCompression(levels=levels).encode(vector), 50)
+        assert decoded.tolist() == vector.tolist()
+
+
+def test_each_layer_scale_is_its_norm_rounded_up_to_float32():
+    """The per-layer scale r is the smallest float32 >= the layer's L2 norm (one below it would let a level
+    exceed s, capped: biased)."""
+    vector = np.concatenate([random_vector(40, 3), 7 * random_vector(25, 4), [1.0, 1.0]]).astype(np.float32)
+    payload = QSGDCompression(levels=16, layout=[40, 25, 2]).encode(vector)
+    scales = np.frombuffer(payload, "<f4", count=3, offset=7 + 4 + 12)
+    assert scales.tolist() == [scale_of(vector[:40]), scale_of(vector[40:65]), scale_of(vector[65:])]

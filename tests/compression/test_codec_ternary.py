@@ -91,3 +91,12 @@ def test_zeros_among_the_top_k_are_not_sent_so_they_decode_to_zero_not_to_plus_m
     np.testing.assert_array_equal(layered.decode(layered.encode(np.array([4, 0, -4, 0, 0, 0], np.float32)), 6),
                                   np.array([4, 0, -4, 0, 0, 0], np.float32))
     assert not codec.decode(codec.encode(np.zeros(4, np.float32)), 4).any()
+
+
+def test_a_layers_first_entry_counts_in_that_layers_magnitude():
+    """Position 3 opens the second layer of [3, 3]: its magnitude joins that layer's mean, not the first's."""
+    vector = np.array([10.0, -20.0, 30.0, 0.3, -0.2, 0.1], dtype=np.float32)
+    codec = TernaryCompression(0.5, layout=[3, 3])
+    payload = codec.encode(vector)
+    assert np.frombuffer(payload, "<f4", count=2, offset=9 + 4 + 8).tolist() == pytest.approx([25.0, 0.25])
+    assert codec.decode(payload, 6).tolist() == pytest.approx([0.0, -25.0, 25.0, 0.25, -0.25, 0.0])

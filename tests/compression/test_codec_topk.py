@@ -378,3 +378,14 @@ def test_size_is_an_upper_bound_for_any_positions_and_encoded_size_is_exact():
         payload = codec.encode(vector)
         positions, _ = codec.decode_sparse(payload, 10_000)
         assert len(payload) == codec.encoded_size(positions, 10_000) <= codec.size(10_000)
+
+
+def test_a_layout_keeps_and_sizes_ceil_ratio_times_size_per_layer_not_of_the_whole():
+    """Per layer ceil(0.5 * 3) + ceil(0.5 * 3) = 4 entries, where the whole vector's ceil(0.5 * 6) is 3: k_for and
+    size() count the layers' (a bound computed from the global k would be below the payload's length)."""
+    vector = np.arange(1, 7, dtype=np.float32)
+    codec = TopKCompression(0.5, layout=[3, 3])
+    payload = codec.encode(vector)
+    assert codec.k_for(6) == 4 == struct.unpack_from("<BBII", payload)[3]
+    assert len(payload) <= codec.size(6)
+    assert codec.decode(payload, 6).tolist() == [0.0, 2.0, 3.0, 0.0, 5.0, 6.0]

@@ -83,6 +83,29 @@ def test_prev_topk_keeps_the_top_of_the_previous_aggregate_plus_a_public_random_
     np.testing.assert_array_equal(policy.positions(1)[0], following)
 
 
+@pytest.mark.parametrize("k, share, n_random", [(10, 0.25, 3), (14, 0.25, 4), (6, 0.25, 2)])
+def test_prev_topk_keeps_k_minus_n_random_of_the_previous_set_with_the_share_rounded_half_up(k, share, n_random):
+    """share * k = 2.5, 3.5, 1.5 rounds up (not to even, not down): exactly k - n_random of the previous set stay
+    (counting kept positions alone cannot tell, since the top k - n_random of a larger top are among it too)."""
+    length = 300
+    policy = IndexPolicy("prev_topk", length, k, ROOT, random_share=share)
+    positions, _ = policy.positions(0)
+    policy.observe(0, positions, np.arange(k, 0, -1, dtype=np.float64), None)
+    following, _ = policy.positions(1)
+    assert len(set(following.tolist()) & set(positions.tolist())) == k - n_random  # these draws miss the old set
+
+
+def test_prev_topk_draws_its_random_share_outside_the_kept_positions():
+    """Half of 10 positions of 12 are drawn at random: from the 7 not kept, so the set stays k distinct positions."""
+    length, k = 12, 10
+    policy = IndexPolicy("prev_topk", length, k, ROOT, random_share=0.5)
+    positions, _ = policy.positions(0)
+    for r in range(6):
+        policy.observe(r, positions, np.linspace(1.0, 2.0, k), None)
+        positions, _ = policy.positions(r + 1)
+        assert_index_set(positions, length, k)
+
+
 def test_prev_topk_random_share_comes_from_the_public_seed_not_from_the_values():
     k, length = 20, 300
     policy, twin, later = (IndexPolicy("prev_topk", length, k, ROOT, random_share=0.25) for _ in range(3))

@@ -90,3 +90,12 @@ def test_an_out_by_1_weight_is_a_vector_of_out_cells_not_a_matrix_of_out_plus_on
     assert m.cols == 10 + (3 + 4)
     vector = np.arange(1, 23, dtype=np.float32)
     np.testing.assert_allclose(m.sketch(vector)[0, :10], vector[:10] ** 2)
+
+
+def test_a_negative_cell_from_rounding_counts_as_no_energy():
+    """Two negative marginals (a summed zero rounded a level below) must not multiply into a positive estimate."""
+    m = Marginals([(2, 2)])
+    table = np.array([[-1e-3, 4.0, -1e-3, 4.0]])  # rows, then columns
+    energy = m.estimate(table)
+    assert (energy >= 0).all() and energy.tolist() == [0.0, 0.0, 0.0, 4.0]
+    np.testing.assert_array_equal(m.heavy_hitters(table, 1), [3])

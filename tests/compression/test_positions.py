@@ -240,3 +240,25 @@ def test_short_vectors_are_not_sampled():
 def test_topk_positions_with_a_sample_equals_without():
     vector = np.random.default_rng(1).standard_normal(50_000).astype(np.float32)
     assert np.array_equal(topk_positions(vector, 777, sample_index(50_000)), topk_positions(vector, 777))
+
+
+def test_a_tie_goes_to_the_earlier_encoding_even_when_the_later_one_is_sized_first():
+    """Rice's lower bound (8) is below varint's (9), so rice is sized first; both take 9 bytes: varint, the
+    earlier encoding, is chosen (as a bound that only equals the best so far must still be sized)."""
+    positions, n = np.array([23, 49, 83, 84, 117, 123, 171, 204, 206], dtype=np.int64), 227
+    sizes = position_sizes(positions, n)
+    assert sizes["varint"] == sizes["rice"] == 9 < min(sizes["bitmap"], sizes["uint16"])
+    assert _rice_lower_bound(9, 206) < 9
+    assert encode_positions(positions, n)[0] == VARINT
+
+
+@pytest.mark.parametrize("target", [0, 998, 8_998, 8_999, 9_000, 9_001, 9_999])
+def test_a_sampled_threshold_is_the_exact_kth_largest_or_none_whatever_the_sample(target):
+    """A sample that drew one entry over and over brackets the threshold anywhere (below it, at the entry just
+    below the top k, at it, above it): the result is still the k-th largest magnitude, or None (a full partition)."""
+    magnitude = np.arange(10_000, dtype=np.float32)
+    k = 1000
+    threshold = _sampled_threshold(magnitude, k, np.full(1024, target, dtype=np.int64))
+    assert threshold is None or threshold == 9_000
+    positions, _ = _select(magnitude, k, np.full(1024, target, dtype=np.int64))
+    assert positions.tolist() == list(range(9_000, 10_000))

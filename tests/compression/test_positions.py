@@ -119,6 +119,13 @@ def test_rice_lower_bound_never_exceeds_the_rice_size(case):
                                                                         for b in range(33))
 
 
+def test_the_rice_parameter_walks_from_the_mean_gap_so_a_plateau_keeps_the_end_it_reaches_first():
+    """One position, 845: b = 7 and b = 8 both take 3 bytes. The documented start, floor(log2(846 ln 2)) = 9, walks
+    down to 8 and stops there, where a search from b = 0 would stop at 7 (the parameter byte is on the wire)."""
+    deltas = np.array([845], dtype=np.int64)
+    assert _rice_parameter(deltas) == (8, 3) and reference_rice_parameter([845]) == 8
+
+
 def test_rice_layout_byte_for_byte():
     positions = np.array([3, 4, 20, 21, 100])  # deltas 3, 0, 15, 0, 78
     block = _rice_encode(np.array([3, 0, 15, 0, 78]), 2)

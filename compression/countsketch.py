@@ -45,6 +45,11 @@ def _hashes(rows: int, cols: int, n: int, seed: int) -> CountSketch:
 
 
 @functools.lru_cache(maxsize=256)
+def _heavy_count(cols: int, cols_per_k: float) -> int:
+    return max(1, math.floor(cols / Fraction(repr(cols_per_k))))  # 33 / 1.1 is 29.999999999999996 in binary
+
+
+@functools.lru_cache(maxsize=256)
 def _columns(ratio: float, n: int, rows: int) -> int:
     return max(1, math.floor(Fraction(repr(ratio)) * n / rows))
 
@@ -54,7 +59,7 @@ class CountSketchCompression(Codec):
 
     Shape for a vector of n: cols = max(1, floor(ratio * n / rows)), so the table holds about ratio * n
     float32 cells (the payload is about ratio * 4n bytes, like a dense vector of ratio * n);
-    k = min(n, max(1, floor(cols / cols_per_k))) heavy hitters are decoded.
+    k = min(n, max(1, floor(cols / cols_per_k))) heavy hitters are decoded (cols_per_k, too, read as its decimal).
 
     Options:
       rows:       5 (default), 1 to 64: the estimate is the median over rows.
@@ -110,7 +115,7 @@ class CountSketchCompression(Codec):
 
     def k_for(self, n: int) -> int:
         """Heavy hitters decoded for a vector of length n."""
-        return min(n, max(1, int(self.shape_for(n)[1] / self.cols_per_k)))
+        return min(n, _heavy_count(self.shape_for(n)[1], self.cols_per_k))
 
     def hashes(self, n: int) -> CountSketch:
         """The (cached) CountSketch this codec uses for vectors of length n."""

@@ -22,6 +22,7 @@ to see (masked sums) or from a public seed, and broadcasts it. Policies:
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -51,11 +52,12 @@ def random_positions(length: int, k: int, seed: int) -> np.ndarray:
 def sketch_shape(length: int, k: int, rows: int, cols_per_k: float) -> tuple[int, int] | None:
     """(rows, cols) of the residual sketch, or None when a sketch cannot pay for itself.
 
-    Wanted: rows x ceil(cols_per_k * k). Cap: values + sketch must leave the upload at most
-    length - k cells (a sketch never makes the upload approach dense). If the capped sketch has fewer
-    cells than k, it cannot locate k heavy hitters and the policy falls back to `randk` (None).
+    Wanted: rows x ceil(cols_per_k * k), cols_per_k read as the decimal it prints as (as a ratio is). Cap:
+    values + sketch must leave the upload at most length - k cells (a sketch never makes the upload approach
+    dense). If the capped sketch has fewer cells than k, it cannot locate k heavy hitters and the policy falls
+    back to `randk` (None).
     """
-    cols = math.ceil(cols_per_k * k)
+    cols = math.ceil(Fraction(repr(float(cols_per_k))) * k)  # 1.1 * 50 is 55.00000000000001 in binary
     budget = length - 2 * k
     if rows * cols > budget:
         cols = budget // rows
@@ -140,7 +142,7 @@ class IndexPolicy:
         if self.requested == "sketch" and sketch_table is not None:
             self._next = self.sketch(round).heavy_hitters(sketch_table, self.k)
         elif self.requested == "prev_topk" and self.k < self.length:
-            n_random = min(self.k, max(1, round_half(self.random_share * self.k)))
+            n_random = min(self.k, max(1, round_half(Fraction(repr(float(self.random_share))) * self.k)))
             keep = positions[topk_positions(aggregate.astype(np.float32), self.k - n_random)] \
                 if self.k > n_random else np.empty(0, np.int64)
             rng = np.random.default_rng(public_seed(self.root, round + 1, PURPOSE_INDEX))
@@ -149,5 +151,6 @@ class IndexPolicy:
             self._next = np.sort(np.concatenate([keep, extra])).astype(np.int64)
 
 
-def round_half(x: float) -> int:
-    return int(math.floor(x + 0.5))
+def round_half(x) -> int:
+    """x rounded half up; give a Fraction where the half matters (0.58 * 25 is 14.499999999999998 in binary)."""
+    return int(math.floor(x + Fraction(1, 2)))

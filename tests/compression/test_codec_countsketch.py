@@ -176,6 +176,8 @@ def test_columns_read_the_ratio_as_the_decimal_it_prints_as():
     """0.29 * 100 is 28.999999999999996 in binary floating point: the table has the 29 columns 0.29 means."""
     assert CountSketchCompression(0.29, rows=1).shape_for(100) == (1, 29)
     assert CountSketchCompression(0.07, rows=1).shape_for(100) == (1, 7)
+    decimal = CountSketchCompression(0.33, rows=1, cols_per_k=1.1)  # k = floor(33 / 1.1) = 30, not 29.999...'s 29
+    assert decimal.shape_for(100) == (1, 33) and decimal.k_for(100) == 30
 
 
 def test_the_accumulated_table_is_float64_so_a_small_addition_to_a_large_sum_is_kept():

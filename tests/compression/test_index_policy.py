@@ -83,11 +83,12 @@ def test_prev_topk_keeps_the_top_of_the_previous_aggregate_plus_a_public_random_
     np.testing.assert_array_equal(policy.positions(1)[0], following)
 
 
-@pytest.mark.parametrize("k, share, n_random", [(10, 0.25, 3), (14, 0.25, 4), (6, 0.25, 2)])
+@pytest.mark.parametrize("k, share, n_random", [(10, 0.25, 3), (14, 0.25, 4), (6, 0.25, 2), (25, 0.58, 15)])
 def test_prev_topk_keeps_k_minus_n_random_of_the_previous_set_with_the_share_rounded_half_up(k, share, n_random):
-    """share * k = 2.5, 3.5, 1.5 rounds up (not to even, not down): exactly k - n_random of the previous set stay
-    (counting kept positions alone cannot tell, since the top k - n_random of a larger top are among it too)."""
-    length = 300
+    """share * k = 2.5, 3.5, 1.5 rounds up (not to even, not down), and 0.58 * 25 = 14.5 too, as the decimals read
+    (14.499999999999998 in binary): exactly k - n_random of the previous set stay (counting kept positions alone
+    cannot tell, since the top k - n_random of a larger top are among it too)."""
+    length = 100_000
     policy = IndexPolicy("prev_topk", length, k, ROOT, random_share=share)
     positions, _ = policy.positions(0)
     policy.observe(0, positions, np.arange(k, 0, -1, dtype=np.float64), None)
@@ -165,6 +166,12 @@ def test_sketch_shape_caps_the_table_at_length_minus_2k_cells_and_needs_k_of_the
 def test_sketch_shape_is_the_largest_table_within_the_cap(length, k_share, rows, cols_per_k):
     k = max(1, round(k_share * length))
     assert sketch_shape(length, k, rows, cols_per_k) == shape_reference(length, k, rows, cols_per_k)
+
+
+def test_sketch_columns_read_cols_per_k_as_the_decimal_it_prints_as():
+    """ceil(1.1 * 50) is 55 columns; in binary 1.1 * 50 is 55.00000000000001, whose ceiling is 56."""
+    assert sketch_shape(10_000, 50, 1, 1.1) == (1, 55)
+    assert sketch_shape(10_000, 50, 2, 2.0) == (2, 100)
 
 
 @pytest.mark.parametrize("length", [40, 100, 101])

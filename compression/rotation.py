@@ -174,6 +174,15 @@ class RotationCodec(Codec):
     def size(self, n: int, k: int | None = None) -> int:
         return _HEADER.size + packed_size(padded_length(n), self.bits)
 
+    def check_sender(self, payload: bytes, length: int) -> None:
+        """The payload names its own seed and width, and decoding builds the seed's rotation (its n signs; a
+        few are cached): the server accepts only its own."""
+        _, n, bits, seed, _ = read_header("rotation", payload, _HEADER, VERSION)
+        check_payload_length("rotation", n, length)
+        if (bits, seed) != (self.bits, self.seed):
+            raise DecodeError(f"rotation payload of another rotation: (bits, seed) = {(bits, seed)}, this codec's "
+                              f"{(self.bits, self.seed)}")
+
     # --- masked rounds: the round code quantizes the (summed) table into the secagg field itself --------
 
     def table_size(self, n: int) -> int:

@@ -63,6 +63,24 @@ def test_server_refuses_a_count_sketch_of_other_rows_seed_or_k_before_building_i
     np.testing.assert_array_equal(agg.result(), ours.decode(ours.encode(vector), 1000))
 
 
+def test_server_refuses_a_rotation_of_another_seed_or_width_before_building_its_rotation():
+    from compression import rotation
+
+    vector = np.random.default_rng(2).normal(size=1000).astype(np.float32)
+    ours = compression.get("rotation")(seed=3)
+    agg = _aggregator(ours)
+    others = [compression.get("rotation")(seed=4), compression.get("rotation")(seed=3, bits=4)]
+    for cid, other in enumerate(others):
+        payload = other.encode(vector)
+        rotation._rotation.cache_clear()
+        with pytest.raises(compression.DecodeError, match="another rotation"):
+            agg.add(wire.encode_update(3, cid, "rotation", 1000, 1.0, payload), cid)
+        assert rotation._rotation.cache_info().currsize == 0  # refused from the header: no signs drawn
+    assert agg.rejected == len(others) and agg.result() is None
+    agg.add(wire.encode_update(3, 9, "rotation", 1000, 1.0, ours.encode(vector)), 9)
+    np.testing.assert_array_equal(agg.result(), ours.decode(ours.encode(vector), 1000))
+
+
 def test_server_sums_each_client_once_and_only_under_its_own_id():
     vector = np.arange(8, dtype=np.float32)
     agg = _aggregator(compression.get("none")(), 8)

@@ -6,6 +6,7 @@ import math
 import numbers
 import struct
 import zlib
+from fractions import Fraction
 from typing import ClassVar
 
 import numpy as np
@@ -86,6 +87,12 @@ def check_seed(seed) -> int | None:
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
         raise ValueError(f"seed must be a non-negative integer or None, got {seed!r}")
     return int(seed)
+
+
+def decimal(x: float) -> Fraction:
+    """`x` as the decimal it prints as, the one a config names: in binary 0.07 * 100 is 7.000000000000001 and
+    33 / 1.1 is 29.999999999999996, where the counts meant are 7 and 30."""
+    return Fraction(repr(float(x)))
 
 
 def input_seed(seed: int | None, vector: np.ndarray) -> int:

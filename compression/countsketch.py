@@ -20,11 +20,11 @@ import functools
 import math
 import numbers
 import struct
-from fractions import Fraction
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_payload_length, check_seed, check_vector, read_header
+from .base import (Codec, DecodeError, check_length, check_payload_length, check_seed, check_vector, decimal,
+                   read_header)
 from .packing import check_encodable_length, check_total
 from .registry import register
 from .selection import topk_positions
@@ -46,12 +46,12 @@ def _hashes(rows: int, cols: int, n: int, seed: int) -> CountSketch:
 
 @functools.lru_cache(maxsize=256)
 def _heavy_count(cols: int, cols_per_k: float) -> int:
-    return max(1, math.floor(cols / Fraction(repr(cols_per_k))))  # 33 / 1.1 is 29.999999999999996 in binary
+    return max(1, math.floor(cols / decimal(cols_per_k)))
 
 
 @functools.lru_cache(maxsize=256)
 def _columns(ratio: float, n: int, rows: int) -> int:
-    return max(1, math.floor(Fraction(repr(ratio)) * n / rows))
+    return max(1, math.floor(decimal(ratio) * n / rows))
 
 
 class CountSketchCompression(Codec):

@@ -26,6 +26,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from compression.base import decimal
 from compression.blocks import BlockEnergy
 from compression.exact_summary import EnergySummary, ExactSummary
 from compression.marginals import Marginals
@@ -57,7 +58,7 @@ def sketch_shape(length: int, k: int, rows: int, cols_per_k: float) -> tuple[int
     dense). If the capped sketch has fewer cells than k, it cannot locate k heavy hitters and the policy falls
     back to `randk` (None).
     """
-    cols = math.ceil(Fraction(repr(float(cols_per_k))) * k)  # 1.1 * 50 is 55.00000000000001 in binary
+    cols = math.ceil(decimal(cols_per_k) * k)
     budget = length - 2 * k
     if rows * cols > budget:
         cols = budget // rows
@@ -142,7 +143,7 @@ class IndexPolicy:
         if self.requested == "sketch" and sketch_table is not None:
             self._next = self.sketch(round).heavy_hitters(sketch_table, self.k)
         elif self.requested == "prev_topk" and self.k < self.length:
-            n_random = min(self.k, max(1, round_half(Fraction(repr(float(self.random_share))) * self.k)))
+            n_random = min(self.k, max(1, round_half(decimal(self.random_share) * self.k)))
             keep = positions[topk_positions(aggregate.astype(np.float32), self.k - n_random)] \
                 if self.k > n_random else np.empty(0, np.int64)
             rng = np.random.default_rng(public_seed(self.root, round + 1, PURPOSE_INDEX))

@@ -7,11 +7,10 @@ from __future__ import annotations
 
 import functools
 import math
-from fractions import Fraction
 
 import numpy as np
 
-from .base import NON_FINITE
+from .base import NON_FINITE, decimal
 from .packing import layer_sizes
 
 __all__ = [
@@ -35,8 +34,8 @@ def topk_count(n: int, ratio: float) -> int:
 
 
 @functools.lru_cache(maxsize=1024)
-def _topk_count(n: int, ratio: float) -> int:  # cached: Fraction(repr()) is slow, and a run asks for few (n, ratio)
-    return min(max(math.ceil(Fraction(repr(ratio)) * n), 1), n)
+def _topk_count(n: int, ratio: float) -> int:  # cached: decimal() is slow, and a run asks for few (n, ratio)
+    return min(max(math.ceil(decimal(ratio) * n), 1), n)
 
 
 def layered_count(n: int, ratio: float, layout) -> int:

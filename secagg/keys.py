@@ -4,7 +4,7 @@ The session id (secagg/round.py) salts every key derivation, so a seed (and ther
 round can never cancel against a mask from another round, cohort, configuration or run, and a share
 ciphertext from one round never decrypts in another.
 
-Public keys are checked before use (`key_problem`): a non-canonical encoding (bit 255 set, or u >= p) is
+Public keys are checked before use (`key_problem`, then `key_class`): a non-canonical encoding (bit 255 set, or u >= p) is
 another byte form of a key that passes a byte-wise duplicate check, and a low-order point makes the
 agreement all zeros; cryptography raises on the latter, so an exchange against any key tells. A canonical
 key plus a low-order point is a third form (X25519 clamps private keys to multiples of 8, so every agreement
@@ -84,15 +84,13 @@ _P = 2**255 - 19
 LOW_ORDER = "low-order public key (the agreement would be all zeros)"
 
 
-def key_problem(key: object, probe: X25519PrivateKey | None = None) -> str | None:
-    """Why `key` is no X25519 public key to accept (None if it is): size, non-canonical form, low order.
-    The low-order test needs a private key `probe` to exchange with (any key: the result is thrown away)."""
+def key_problem(key: object) -> str | None:
+    """Why `key` is no X25519 public key to accept (None if it is) by its bytes: size, non-canonical form. Low
+    order takes an exchange: `key_class` tells it."""
     if not isinstance(key, bytes) or len(key) != PUBLIC_KEY_BYTES:
         return f"malformed public key (expected {PUBLIC_KEY_BYTES} bytes)"
     if key[-1] & 0x80 or int.from_bytes(key, "little") >= _P:
         return "non-canonical public key (bit 255 set or u >= 2^255 - 19)"
-    if probe is not None and key_class(key, probe) is None:
-        return LOW_ORDER
     return None
 
 

@@ -321,13 +321,15 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
               "column counts the non-finite client updates that followed. Lower fl.lr or fl.server_lr, or bound "
               "updates with fl.max_update_norm", file=sys.stderr)
     elif 0 < stalled < len(rows) and not (aborted | emptied).all():
-        last = frame.iloc[len(rows) - stalled:]
-        why = [f"{n} aborted below the threshold (the dropped_* and rejected columns say which clients were lost)"
-               for n in [int(last["aborted"].astype(bool).sum())] if n]
-        why += [f"in {n} every client's update that arrived was refused (the log's `rejected` lines say why)"
-                for n in [int(refused.iloc[len(rows) - stalled:].sum())] if n]
+        tail = slice(len(rows) - stalled, None)
+        why = []
+        if n := int(aborted.iloc[tail].sum()):
+            why.append(f"{n} aborted below the threshold (the dropped_* and rejected columns say which clients were "
+                       "lost)")
+        if n := int(refused.iloc[tail].sum()):
+            why.append(f"in {n} every client's update that arrived was refused (the log's `rejected` lines say why)")
         advice = (" A non-finite update is a local training that diverged: lower fl.lr or fl.server_lr, or bound "
-                  "updates with fl.max_update_norm" if last["rejected"].sum() > 0 else "")
+                  "updates with fl.max_update_norm" if frame["rejected"].iloc[tail].sum() > 0 else "")
         print(f"fedsqueeze: warning: the last {stalled} of {len(rows)} rounds applied no update ({'; '.join(why)}), "
               f"so the final model is round {len(rows) - stalled - 1}'s.{advice}", file=sys.stderr)
     return log.read()

@@ -1,8 +1,8 @@
 """Protobuf wire format: every message serialized exactly as sent, decoded strictly, never unpickled.
 
 Bytes on the wire are `len()` of what these `encode_*` functions return. Decoding checks the
-version, the message's fields and its CRC-32C checksum, and raises `WireError` naming the
-problem. Codec payloads are opaque bytes here; the codec itself validates their layout.
+version, the message's fields (none the version lacks) and its CRC-32C checksum, and raises
+`WireError` naming the problem. Codec payloads are opaque bytes here; the codec itself validates their layout.
 """
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import math
 import google_crc32c
 import numpy as np
 from google.protobuf.message import DecodeError as _ProtobufDecodeError
+from google.protobuf.unknown_fields import UnknownFieldSet as unknown_field_set
 
 import secagg
 from compression import DecodeError as CodecDecodeError
@@ -68,7 +69,20 @@ def _parse(cls, data: bytes, what: str, limit: int | None = None):
         raise WireError(f"{what}: malformed protobuf ({err})") from None
     if msg.version != VERSION:
         raise WireError(f"{what}: wire version {msg.version}, expected {VERSION}")
+    unknown = _unknown_fields(msg)  # protobuf keeps fields it does not know aside, silently
+    if unknown:
+        raise WireError(f"{what}: fields {unknown} are not in wire version {VERSION}")
     return msg
+
+
+def _unknown_fields(msg) -> list[int]:
+    """Field numbers the parser kept aside in `msg` or the messages nested in it, sorted."""
+    numbers = {field.field_number for field in unknown_field_set(msg)}
+    for descriptor, value in msg.ListFields():
+        if descriptor.message_type is not None:
+            for nested in (value if descriptor.is_repeated else [value]):
+                numbers.update(_unknown_fields(nested))
+    return sorted(numbers)
 
 
 def _need(cond: bool, what: str, problem: str) -> None:

@@ -135,6 +135,30 @@ def test_a_message_altered_behind_a_valid_checksum_raises_only_wire_errors(encod
             pass
 
 
+@pytest.mark.parametrize("encode,decode", MESSAGES)
+def test_a_field_this_wire_version_does_not_have_is_refused_by_number(encode, decode):
+    """protobuf parses a field it does not know into a side set and says nothing: a message from a newer
+    encoder, or one carrying bytes the round never reads, would pass as this version's message."""
+    body = encode()[:-5]
+    for field in (b"\x70\x05", b"\x72\x03abc", b"\x98\x06\x01"):  # 14 varint, 14 bytes, 99 varint
+        number = 99 if field.startswith(b"\x98") else 14
+        with pytest.raises(wire.WireError, match=rf"fields \[{number}\] are not in wire version 2"):
+            decode(_sealed(body + field))
+
+
+def test_a_field_unknown_inside_a_roster_entry_is_refused_too():
+    """Unknown fields of a nested message sit in that message's own set, not the outer one's."""
+    entry = wire.pb.KeyRoster.Entry(client_id=1, cipher_public_key=b"a" * 32, mask_public_key=b"b" * 32)
+
+    def roster(entry_bytes: bytes) -> bytes:
+        head = wire.pb.KeyRoster(version=wire.VERSION, session=b"s" * 32).SerializeToString()
+        return _sealed(head + b"\x1a" + bytes([len(entry_bytes)]) + entry_bytes)  # field 3, length-delimited
+
+    assert wire.decode_roster(roster(entry.SerializeToString())).keys == ((1, b"a" * 32, b"b" * 32),)
+    with pytest.raises(wire.WireError, match=r"key roster: fields \[5\] are not in wire version 2"):
+        wire.decode_roster(roster(entry.SerializeToString() + b"\x28\x01"))  # field 5, varint 1
+
+
 @pytest.mark.parametrize("decode,match", [
     (lambda: wire.decode_round_index(wire.encode_round_index(b"a" * 32, np.arange(5), 100), b"a" * 32, 101, 5),
      "5 of 100 positions, expected 5 of 101"),

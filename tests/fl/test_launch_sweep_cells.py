@@ -283,3 +283,22 @@ def test_a_cell_whose_task_died_is_failed_listed_unfinished_and_the_sweep_goes_o
     assert [r.status for r in returns] == [JobStatus.COMPLETED] * 2 and returns[0].return_value == "failed"
     assert ray_cells.UNFINISHED == ["failed: backend=inline seed=0"]
     assert sorted(fake.removed) == ["group1", "group2"]  # the dead task's reservation too
+
+
+def test_one_configuration_into_two_results_folders_runs_twice_and_one_folder_spelled_twice_runs_once(tmp_path,
+                                                                                                      monkeypatch):
+    """`-m results.dir=a,b` must write both folders (taken for a repeat, b was never written); `a` and `a/.` are one
+    folder: run twice at once, the second would be refused by the first's lock and the sweep would exit 1."""
+    fake = Launch(monkeypatch, tmp_path)
+    a, b = tmp_path / "a", tmp_path / "b"
+    fake([["backend=inline", f"results.dir={a}"], ["backend=inline", f"results.dir={b}"],
+          ["backend=inline", f"results.dir={a}/."]])
+    assert [str(config.results.dir) for _, config in fake.tasks] == [str(a), str(b)]
+
+
+def test_a_repeat_of_a_cell_whose_task_died_did_not_finish_either(tmp_path, monkeypatch):
+    """The checked sweeper lists unfinished cells from what each returned: a repeat read as finished would be
+    missing from that list (and from the rerun's advice)."""
+    fake = Launch(monkeypatch, tmp_path, died={0})
+    returns = fake([["backend=inline", "seed=0"], ["backend=inline", "seed=1"], ["backend=inline", "seed=0"]])
+    assert [r.return_value for r in returns] == ["failed", None, "failed"]

@@ -244,12 +244,12 @@ def finished(folder: Path) -> bool:
             and all(None not in row.values() and None not in row for row in rows))
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """`text` as the whole of `path`: written beside it, flushed to disk, then put in its place (a crash, of the
-    process or of the machine, leaves the old file or the new one, never half of it)."""
+def write_atomic(path: Path, text: str | bytes) -> None:
+    """`text` (str as UTF-8, or bytes as they are) as the whole of `path`: written beside it, flushed to disk, then
+    put in its place (a crash, of the process or of the machine, leaves the old file or the new one, never half)."""
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
+    with open(tmp, "wb") as f:
+        f.write(text.encode("utf-8") if isinstance(text, str) else text)
         f.flush()
         os.fsync(f.fileno())  # else a power loss may keep the rename and lose the text: an empty done.json
     os.replace(tmp, path)
@@ -327,10 +327,8 @@ def rehash(root: str | Path) -> list[tuple[str, str]]:
         if _held(old_dir / LOCK_NAME):
             print(f"fedsqueeze: {old_dir} is being run; left as it is (rename it once the run has ended)")
             continue
-        for rows in old_dir.glob("rounds*.csv"):
-            part = rows.with_name(rows.name + ".rehash")
-            part.write_text(rows.read_text().replace(f",{old_dir.name},", f",{new},"))
-            os.replace(part, rows)
+        for rows in old_dir.glob("rounds*.csv"):  # as bytes: rows kept aside may be damaged, and are kept as they are
+            write_atomic(rows, rows.read_bytes().replace(f",{old_dir.name},".encode(), f",{new},".encode()))
         old_dir.rename(new_dir)
         renamed.append((old_dir.name, new))
     return renamed

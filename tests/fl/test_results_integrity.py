@@ -147,6 +147,49 @@ def test_a_done_json_naming_no_plain_run_id_is_kept_in_its_folder_under_this_run
 
 
 
+def _stale_folder(tmp_path, damaged=True):
+    """A run kept under an older hash; `damaged`: with rows kept aside that are not UTF-8."""
+    from fl.config import as_dict, validate
+
+    cfg = as_dict(validate(fl.compose(["secagg=none", "model=mlp_small"])))
+    folder = tmp_path / "0123456789ab"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "rounds.csv").write_bytes(b"run_id,config_hash,round\nr1,0123456789ab,0\n")
+    if damaged:
+        (folder / "rounds.incomplete-r0.csv").write_bytes(b"run_id,config_hash,round\nr\xff0,0123456789ab,0\n")
+    return config_hash(cfg)
+
+
+def test_rehash_renames_a_folder_holding_rows_that_are_not_utf8_and_keeps_their_bytes(tmp_path, capsys):
+    """Rows kept aside may be damaged (RunLog keeps them whatever their bytes): rehash raised UnicodeDecodeError
+    there, leaving that folder and every folder after it under their old names."""
+    from fl.results import rehash
+
+    new = _stale_folder(tmp_path)
+    assert rehash(tmp_path) == [("0123456789ab", new)]
+    assert (tmp_path / new / "rounds.incomplete-r0.csv").read_bytes() == \
+        f"run_id,config_hash,round\nr\xff0,{new},0\n".encode("latin-1")
+    assert (tmp_path / new / "rounds.csv").read_bytes() == f"run_id,config_hash,round\nr1,{new},0\n".encode()
+    capsys.readouterr()
+    assert rehash(tmp_path) == [] and capsys.readouterr().out == ""  # a folder named by its hash is left quietly
+
+
+def test_rehash_syncs_each_rewritten_rows_file_before_it_replaces_the_old_one(tmp_path, monkeypatch):
+    """Without the fsync, a power loss can keep the rename and lose the text: rows emptied by a rename of folders."""
+    from fl.results import rehash
+
+    _stale_folder(tmp_path, damaged=False)
+    events = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: (events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}"))),
+                                                 real_fsync(fd)))
+    monkeypatch.setattr(os, "replace", lambda a, b: (events.append(("replace", str(a))), real_replace(a, b)))
+    rehash(tmp_path)
+    replaced = [i for i, event in enumerate(events) if event[0] == "replace"]
+    assert len(replaced) == 1 and all(events[i - 1] == ("fsync", events[i][1]) for i in replaced)
+
+
 def test_a_run_the_data_refuses_leaves_no_folder_behind(tmp_path):
     """Refused once its folder was claimed (a split the data cannot give): an empty folder left there would read
     as a run that never finished, to the report and to whoever looks."""

@@ -302,3 +302,11 @@ def test_a_repeat_of_a_cell_whose_task_died_did_not_finish_either(tmp_path, monk
     fake = Launch(monkeypatch, tmp_path, died={0})
     returns = fake([["backend=inline", "seed=0"], ["backend=inline", "seed=1"], ["backend=inline", "seed=0"]])
     assert [r.return_value for r in returns] == ["failed", None, "failed"]
+
+
+def test_a_cell_no_node_can_hold_ends_the_launch_before_any_cell_starts(tmp_path, monkeypatch):
+    """Its reservation would wait forever, holding the sweep (and the cells before it) with it."""
+    fake = Launch(monkeypatch, tmp_path)
+    with pytest.raises(SystemExit) as refused:
+        fake([["backend=inline", "seed=0"], ["backend=ray", "ray.num_workers=32", "fl.clients_per_round=32"]])
+    assert refused.value.code == 2 and fake.tasks == [] and fake.groups == []

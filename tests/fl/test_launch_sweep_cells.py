@@ -310,3 +310,14 @@ def test_a_cell_no_node_can_hold_ends_the_launch_before_any_cell_starts(tmp_path
     with pytest.raises(SystemExit) as refused:
         fake([["backend=inline", "seed=0"], ["backend=ray", "ray.num_workers=32", "fl.clients_per_round=32"]])
     assert refused.value.code == 2 and fake.tasks == [] and fake.groups == []
+
+
+def test_a_launch_stops_the_ray_it_started_and_never_retries_a_cell(tmp_path, monkeypatch):
+    """Ray left running holds the machine's cores after the sweep; a cell whose process died (the OOM killer) retried
+    by Ray would die again, the sweep waiting on it, instead of being named as failed."""
+    fake = Launch(monkeypatch, tmp_path, died={0})
+    stopped, remote = [], sys.modules["ray"].remote
+    monkeypatch.setattr(ray_cells.raystart, "stop", lambda: stopped.append(True))
+    monkeypatch.setattr(sys.modules["ray"], "remote", lambda **kw: stopped.append(kw) or remote(**kw))
+    fake([["backend=inline", "seed=0"]])
+    assert stopped == [{"max_retries": 0}, True]

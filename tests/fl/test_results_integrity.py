@@ -146,7 +146,6 @@ def test_a_done_json_naming_no_plain_run_id_is_kept_in_its_folder_under_this_run
             ["config.json", "done.unmatched-mine.json", "rounds.csv"]
 
 
-
 def _stale_folder(tmp_path, damaged=True):
     """A run kept under an older hash; `damaged`: with rows kept aside that are not UTF-8."""
     from fl.config import as_dict, validate

@@ -116,7 +116,7 @@ def codec_options_set(name: str, options: dict) -> dict:
 
 class RunLog:
     def __init__(self, root: str | Path, chash: str, run_id: str):
-        self.dir = Path(root) / chash
+        self.dir, self.chash = Path(root) / chash, chash
         self.path = self.dir / "rounds.csv"
         self.done_path = self.dir / "done.json"
         self.run_id = run_id
@@ -126,7 +126,7 @@ class RunLog:
         self.last_round: int | None = None  # the round of the last row written (an interrupt's handler asks it)
 
     def finished(self) -> bool:
-        return finished(self.dir)
+        return finished(self.dir, self.chash)
 
     def claim(self) -> None:
         """Hold the folder's lock for this run (released by `release`, or by the OS when the process ends, so a
@@ -226,11 +226,12 @@ def read_rows(path) -> pd.DataFrame:
     return pd.read_csv(path, dtype=ID_COLUMNS)
 
 
-def finished(folder: Path) -> bool:
+def finished(folder: Path, chash: str | None = None) -> bool:
     """Whether `folder` holds a finished run: a done.json that parses and names the run of rounds.csv and its
     number of rows, beside a config.json that parses (where there is one: every run writes it first). Rows cut
     short (a crash, a full disk), a done.json left beside another run's rows, or a damaged config.json (which a
-    report cannot read) are not a finished run: a rerun runs it again, keeping the old rows aside."""
+    report cannot read) are not a finished run: a rerun runs it again, keeping the old rows aside. `chash` (a
+    run about to skip its cell): the rows must be that configuration's, not another's in a folder renamed by hand."""
     try:
         done = json.loads((Path(folder) / "done.json").read_text())
         config_path = Path(folder) / "config.json"
@@ -241,6 +242,7 @@ def finished(folder: Path) -> bool:
         return False
     return (isinstance(done, dict) and isinstance(config, dict) and bool(rows) and done.get("rounds") == len(rows)
             and all(row.get("run_id") == done.get("run_id") for row in rows)
+            and (chash is None or all(row.get("config_hash") == chash for row in rows))
             and all(None not in row.values() and None not in row for row in rows))
 
 

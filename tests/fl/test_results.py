@@ -259,3 +259,22 @@ def test_a_masked_run_is_named_by_its_field_widths_a_plain_one_is_not():
     older = json.loads(json.dumps(plain))
     older["secagg"]["quant_bits"] = 8  # rows recorded before a plain run's secagg keys were normalized
     assert config_hash(older) == config_hash(plain)
+
+
+def test_a_finished_run_renamed_by_hand_to_another_configurations_folder_is_run_again_not_skipped(tmp_path):
+    """A folder named for seed 1 holding seed 0's finished run: the seed-1 cell was skipped, and its rows returned
+    (and reported) as seed 1's. The rows name their configuration; the run keeps them aside and runs its own."""
+    from fl.config import as_dict, validate
+    from fl.results import config_hash, finished, read_rows
+
+    folder, run = _finished_run(tmp_path)
+    other = ["results.dir=" + str(folder), "backend=inline", "model=mlp_small", "fl.rounds=3", "secagg=none", "seed=1"]
+    target = folder / config_hash(as_dict(validate(fl.compose(other))))
+    old_rows = read_rows(run / "rounds.csv")
+    run.rename(target)
+    assert finished(target) and not finished(target, target.name)  # the report's reading, and a cell's
+    rows = fl.run(fl.compose(other))
+    assert set(rows["config_hash"]) == {target.name} and set(rows["seed"]) == {1}
+    assert finished(target, target.name)
+    (kept,) = target.glob("rounds.incomplete-*.csv")
+    assert read_rows(kept).equals(old_rows)

@@ -6,6 +6,7 @@ version, the message's fields (none the version lacks) and its CRC-32C checksum,
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import google_crc32c
@@ -78,11 +79,16 @@ def _parse(cls, data: bytes, what: str, limit: int | None = None):
 def _unknown_fields(msg) -> list[int]:
     """Field numbers the parser kept aside in `msg` or the messages nested in it, sorted."""
     numbers = {field.field_number for field in unknown_field_set(msg)}
-    for descriptor, value in msg.ListFields():
-        if descriptor.message_type is not None:
-            for nested in (value if descriptor.is_repeated else [value]):
-                numbers.update(_unknown_fields(nested))
+    for field in _message_fields(msg.DESCRIPTOR):  # not ListFields: it would copy every bytes field
+        value = getattr(msg, field.name)
+        for nested in (value if field.is_repeated else [value]):
+            numbers.update(_unknown_fields(nested))
     return sorted(numbers)
+
+
+@functools.cache
+def _message_fields(descriptor) -> tuple:
+    return tuple(field for field in descriptor.fields if field.message_type is not None)
 
 
 def _need(cond: bool, what: str, problem: str) -> None:

@@ -49,9 +49,9 @@ def advertise(worker, round: int, sessions: list[bytes], cohort: list[int], clie
     yield from out
 
 
-def _step(worker, clients: list[int], act, t: dict, exchange: int | None = None):
+def _step(worker, clients: list[int], act, t: dict, exchange: int | None = None, leave: bool = True):
     """One protocol step per client: in every exchange (a tuple of messages), or in one. A client whose check
-    fails in any sends nothing and leaves the round (drops out)."""
+    fails in any sends nothing and leaves the round (drops out); with `leave=False` it only sends nothing."""
     t0 = time.perf_counter()
     out = []
     for cid in clients:
@@ -61,7 +61,8 @@ def _step(worker, clients: list[int], act, t: dict, exchange: int | None = None)
             else:
                 out.append((cid, act(exchange, worker.pending[exchange][cid])))
         except (secagg.ProtocolError, KeyError, wire.WireError):
-            _leave(worker, cid)
+            if leave:
+                _leave(worker, cid)
             out.append((cid, None))
     t["t_mask"] += time.perf_counter() - t0
     return out
@@ -239,9 +240,11 @@ def _masked_vector(plan, layout: MaskedLayout, corrected: np.ndarray, w: float, 
 
 def unmask(worker, request: bytes, clients: list[int], exchange: int, t: dict):
     """Step 4 (per exchange): shares of b for survivors, of the mask key for dropped clients; the exchange's
-    keys are dropped."""
+    keys are dropped. A client that cannot check the request sends nothing, but its masked input is in the
+    survivors' sum the server unmasks with the others' shares: its residual stays staged, as a dropout's here."""
     request_msg = functools.cache(lambda: wire.decode_unmask_request(request))  # once, inside _step's checks
-    out = _step(worker, clients, lambda e, c: wire.encode_unmask_response(c.unmask(request_msg())), t, exchange)
+    out = _step(worker, clients, lambda e, c: wire.encode_unmask_response(c.unmask(request_msg())), t, exchange,
+                leave=False)
     worker.pending[exchange] = {}
     yield from out
 

@@ -258,3 +258,22 @@ def test_memory_with_unbiased_randk_at_half_or_less_is_refused_as_its_memories_d
 
 def test_memory_under_an_unmasked_linear_codec_is_allowed_as_each_client_decodes_its_own_message():
     validate(fl.compose(["fl.aggregation=memory", "secagg=none", "compression=countsketch", "compression.ratio=0.1"]))
+
+
+def test_a_client_that_cannot_check_the_unmask_request_keeps_the_memory_the_applied_sum_holds(tmp_path, captured,
+                                                                                              monkeypatch):
+    """The first unmask request a client is given does not decode: it sends no shares, but its masked input is in
+    the survivors' sum the round applies, so its new memory must be the one it keeps."""
+    decode, calls = fl.wire.decode_unmask_request, []
+
+    def once(data):
+        calls.append(1)
+        if len(calls) == 1:
+            raise fl.wire.WireError("unmask request: a corrupted message")
+        return decode(data)
+
+    monkeypatch.setattr(fl.wire, "decode_unmask_request", once)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh", "compression.index_policy=sketch"]))
+    assert rows["dropped_unmask"].tolist() == [1, 0, 0, 0, 0, 0] and not rows["aborted"].any()
+    _check_sum(captured["servers"][0], captured["workers"])
+

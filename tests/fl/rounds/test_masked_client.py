@@ -95,3 +95,17 @@ def test_the_weight_is_rounded_stochastically_so_its_mean_is_the_weight():
              for _ in range(4000)]
     assert set(draws) == {12345, 12346}
     assert np.mean(draws) == pytest.approx(scaled, abs=0.03)
+
+
+def test_a_client_that_cannot_check_the_unmask_request_keeps_its_staged_residual():
+    """The unmask request goes to the survivors, whose masked inputs the server sums whether or not they answer
+    it: a client that cannot check the request sends no shares, but its values are in the sum, so its residual
+    stays staged (kept once the round is applied), as a client dropping at that step does. The exchange's keys
+    are dropped."""
+    staged = {3: np.full(4, 0.5, np.float32), 4: np.full(4, 2.0, np.float32)}
+    keys = SimpleNamespace(unmask=lambda request: pytest.fail("a request that does not decode reached the keys"))
+    worker = SimpleNamespace(pending=[{3: keys, 4: keys}], staged=dict(staged), held={})
+    out = list(masked.unmask(worker, b"not an unmask request", [3, 4], 0, {"t_mask": 0.0}))
+    assert out == [(3, None), (4, None)]
+    assert worker.staged.keys() == staged.keys() and worker.pending == [{}]
+

@@ -277,3 +277,20 @@ def test_a_client_that_cannot_check_the_unmask_request_keeps_the_memory_the_appl
     assert rows["dropped_unmask"].tolist() == [1, 0, 0, 0, 0, 0] and not rows["aborted"].any()
     _check_sum(captured["servers"][0], captured["workers"])
 
+
+def test_a_client_that_cannot_check_its_share_bundle_sends_nothing_and_keeps_its_old_memory(tmp_path, captured,
+                                                                                           monkeypatch):
+    """The first share bundle a client is given does not decode: it leaves before masking, so the applied sum holds
+    none of its new memory, which it must not keep."""
+    decode, calls = fl.wire.decode_share_bundle, []
+
+    def once(data):
+        calls.append(1)
+        if len(calls) == 1:
+            raise fl.wire.WireError("share bundle: a corrupted message")
+        return decode(data)
+
+    monkeypatch.setattr(fl.wire, "decode_share_bundle", once)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh", "compression.index_policy=sketch"]))
+    assert rows["dropped_masked_input"].tolist() == [1, 0, 0, 0, 0, 0] and not rows["aborted"].any()
+    _check_sum(captured["servers"][0], captured["workers"])

@@ -109,3 +109,29 @@ def test_a_client_that_cannot_check_the_unmask_request_keeps_its_staged_residual
     assert out == [(3, None), (4, None)]
     assert worker.staged.keys() == staged.keys() and worker.pending == [{}]
 
+
+def test_an_update_held_between_the_exchanges_of_fresh_is_let_go_at_the_workers_next_round():
+    """A client gone after its summary (fresh's first exchange) never has its held update taken for the second:
+    the worker's next first step lets it go, so no worker holds a departed client's whole update for later rounds."""
+    _, plan, (worker,) = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1",
+                                           "fl.num_clients=4", "fl.clients_per_round=2"])
+    worker.held = {2: (np.ones(plan.length, np.float32), 1.0)}
+    worker.staged, worker.staged_round = {}, 5
+    _advertise(worker, 6, aborted=[])
+    assert worker.held == {} and worker.staged == {}
+
+
+def test_an_update_not_finite_only_where_no_value_is_sent_is_refused_and_nothing_is_staged():
+    """Its values at the index set are finite and would quantize, but its residual (the rest of the update) would
+    carry the NaN into each of its later updates: the client refuses to send, and stages nothing."""
+    _, plan, _ = attached_workers(["model=mlp_small", "secagg=dh", "compression.ratio=0.1", "fl.num_clients=4",
+                                   "fl.clients_per_round=2", "compression.index_policy=randk"])
+    rng = np.random.default_rng(0)
+    idx = np.sort(rng.choice(plan.length, plan.k, replace=False))
+    corrected = rng.normal(0, 0.1, plan.length).astype(np.float32)
+    corrected[np.setdiff1d(np.arange(plan.length), idx)[0]] = np.nan
+    holder = SimpleNamespace(staged={}, residuals={})
+    assert plan.error_feedback and np.isfinite(corrected[idx]).all()
+    with pytest.raises(ValueError, match="not finite"):
+        masked._masked_vector(plan, MaskedLayout(plan, plan.k, 0), corrected, 1.5, idx, None, rng, holder, 0)
+    assert holder.staged == {}

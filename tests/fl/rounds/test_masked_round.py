@@ -545,3 +545,175 @@ def test_a_large_clients_values_are_weighted_by_max_weight_as_its_weight_slot_is
     monkeypatch.setattr(masked_round, "_masked_vector", spy)
     _masked_run(tmp_path, "fl.rounds=1", "fl.num_clients=8", f"compression.index_policy={policy}")
     assert weights and all(w <= top for top, w in weights) and any(w == top for top, w in weights)
+
+
+def _corrupt(message: bytes) -> bytes:
+    return message[:-1] + bytes([message[-1] ^ 1])  # the checksum no longer matches
+
+
+def test_bytes_down_and_the_sketch_share_count_the_messages_sent_when_clients_are_refused(tmp_path, monkeypatch):
+    """`fresh`, every client in every round, client 4's advertisement refused and the first masked input of each
+    exchange refused: bytes_down is the broadcast to the cohort, every share bundle made, and each roster, index set
+    and unmask request at its len() once for each client a worker is given it for. A client refused at advertise
+    is in no exchange's roster: its keys were refused in one, so it takes part in none. bytes_up_sketch is the
+    whole of each first-exchange message (the summary and its unit weight), a refused one too: it was uploaded."""
+    from fl import wire as fl_wire
+
+    advertise, masked, roster = fl_wire.encode_advertise, fl_wire.encode_masked, fl_wire.encode_roster
+    first, rosters, sizes, received = {}, [], {"encode_broadcast": [], "encode_share_bundle": []}, []
+    uploads = {}  # session -> masked inputs' lengths; a round's first exchange's session comes first
+
+    def recording(name):
+        encode = getattr(fl_wire, name)
+        return lambda *a, **kw: sizes[name].append(len(out := encode(*a, **kw))) or out
+
+    def receiving(name, per_client, clients_at):  # what a worker is given for its clients at this step, in bytes
+        step = getattr(masked_round, name)
+
+        def wrapper(worker, *a):
+            received.append(per_client(a[0]) * len(a[clients_at]))
+            return step(worker, *a)
+        return wrapper
+
+    monkeypatch.setattr(fl_wire, "encode_advertise", lambda m: _corrupt(advertise(m)) if m.client_id == 4 else
+                        advertise(m))
+    def bad_masked(m, bits):
+        out = _corrupt(masked(m, bits)) if first.setdefault(m.session, m.client_id) == m.client_id else masked(m, bits)
+        uploads.setdefault(m.session, []).append(len(out))
+        return out
+
+    monkeypatch.setattr(fl_wire, "encode_masked", bad_masked)
+    monkeypatch.setattr(fl_wire, "encode_roster", lambda m: rosters.append(m) or roster(m))
+    for name in sizes:
+        monkeypatch.setattr(fl_wire, name, recording(name))
+    monkeypatch.setattr(masked_round, "share_keys", receiving("share_keys", lambda r: sum(map(len, r)), 1))
+    monkeypatch.setattr(masked_round, "masked_values", receiving("masked_values", len, 4))
+    monkeypatch.setattr(masked_round, "unmask", receiving("unmask", len, 1))
+    rows = _masked_run(tmp_path, "fl.rounds=3", "fl.num_clients=8", "compression.index_policy=fresh")
+    assert rows["rejected"].tolist() == [3] * 3 and not rows["aborted"].any() and (rows["catchups"] == 0).all()
+    assert len(rosters) == 6 and all(sorted(cid for cid, *_ in r.keys) == [0, 1, 2, 3, 5, 6, 7] for r in rosters)
+    assert rows["bytes_down"].sum() == 8 * sum(sizes["encode_broadcast"]) + sum(sizes["encode_share_bundle"]) \
+        + sum(received)
+    summaries = [sum(lengths) for lengths in list(uploads.values())[::2]]
+    assert len(uploads) == 6 and rows["bytes_up_sketch"].tolist() == summaries
+
+
+def test_fresh_aborts_a_round_whose_summed_unit_weights_do_not_count_its_survivors(tmp_path, monkeypatch):
+    """Each client puts a unit weight beside its summary, so that the summed summary is known to hold each survivor
+    once; one client putting 2 there (round 1's third) would count twice in choosing the index set: its round
+    aborts, the others are applied."""
+    weight, units = MaskedLayout.weight, []
+
+    def inflated(self, w, rng):
+        if self.k == 0 and w == 1.0:  # the first exchange's unit weight (its layout has no values)
+            units.append(1)
+            if len(units) == 8 + 3:
+                w = 2.0
+        return weight(self, w, rng)
+
+    monkeypatch.setattr(MaskedLayout, "weight", inflated)
+    rows = _masked_run(tmp_path, "fl.rounds=3", "fl.num_clients=8", "compression.index_policy=fresh")
+    assert len(units) == 3 * 8 and rows["aborted"].tolist() == [False, True, False]
+
+
+def test_the_two_exchanges_of_fresh_draw_each_client_keys_of_their_own(tmp_path, monkeypatch):
+    """Separate protocol instances: a client's keys in one exchange tell nothing of its masks in the other, whose
+    dropouts the server may learn differently."""
+    from fl import wire as fl_wire
+
+    advertise, keys = fl_wire.encode_advertise, {}
+
+    def recording(m):
+        keys.setdefault(m.client_id, []).append((m.session, m.cipher_public_key, m.mask_public_key))
+        return advertise(m)
+
+    monkeypatch.setattr(fl_wire, "encode_advertise", recording)
+    _masked_run(tmp_path, "fl.rounds=1", "fl.num_clients=8", "compression.index_policy=fresh")
+    assert sorted(keys) == list(range(8))
+    for (session_a, *pair_a), (session_b, *pair_b) in keys.values():
+        assert session_a != session_b and not set(pair_a) & set(pair_b)
+
+
+def test_a_reply_must_frame_exactly_one_message_per_exchange():
+    """`apart` undoes `together`, and refuses a reply holding fewer or more messages, or bytes after them: bytes it
+    did not frame would go to no server's checks and into no byte count."""
+    messages = [b"first", b"", b"third message"]
+    framed = masked_round.together(messages)
+    assert masked_round.apart(framed, 3) == messages and len(framed) == sum(map(len, messages)) + 3 * 4
+    assert masked_round.together(messages[:1]) == b"first" and masked_round.apart(b"first", 1) == [b"first"]
+    for bad in (framed + b"\x00", framed[:-1], masked_round.together(messages[:2]),
+                masked_round.together([*messages, b"x"])):
+        with pytest.raises(wire.WireError, match="does not frame 3 protocol messages"):
+            masked_round.apart(bad, 3)
+
+
+def test_fresh_summarizes_each_clients_update_weighted_as_its_values_are(tmp_path, monkeypatch):
+    """The summed summary must pick the entries of largest weighted mean, which the second exchange then sums: each
+    client summarizes w times its (error-corrected) update, the very update and weight it masks values of."""
+    from compression.marginals import Marginals
+
+    summarize, build, summarized, masked = Marginals.sketch, masked_round._masked_vector, [], []
+    monkeypatch.setattr(Marginals, "sketch", lambda self, vector: summarized.append(vector.copy()) or
+                        summarize(self, vector))
+
+    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
+        masked.append((corrected.copy(), w))
+        return build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
+
+    monkeypatch.setattr(masked_round, "_masked_vector", spy)
+    rows = _masked_run(tmp_path, "fl.rounds=2", "fl.num_clients=8", "compression.index_policy=fresh",
+                       "dataset.partition=dirichlet", "ray.num_workers=1")
+    assert rows["index_policy"].iloc[0] == "fresh(marginals)" and len(summarized) == len(masked) == 16
+    assert len({w for _, w in masked}) > 1  # Dirichlet clients' sample counts differ, and so do their weights
+    for vector, (corrected, w) in zip(summarized, masked):  # one worker: its clients in the same order each exchange
+        np.testing.assert_array_equal(vector, corrected * w)
+
+
+
+def test_the_sketch_policy_without_error_feedback_sketches_what_the_round_leaves_out_and_keeps_nothing(
+        tmp_path, monkeypatch):
+    """The `sketch` policy picks the next index set from the sketch of what this round's values left out (the
+    update less what was sent for it), which the client computes whether or not it keeps it as a residual."""
+    from compression.sketch import CountSketch
+
+    summarize, build, sketched, left_out = CountSketch.sketch, masked_round._masked_vector, [], []
+    monkeypatch.setattr(CountSketch, "sketch", lambda self, vector: sketched.append(vector.copy()) or
+                        summarize(self, vector))
+
+    def spy(plan, layout, corrected, w, idx, sketch, rng, staged, cid):
+        vector = build(plan, layout, corrected, w, idx, sketch, rng, staged, cid)
+        residual = corrected.copy()
+        residual[idx] -= layout.q_values.dequantize(vector[:layout.k]) / w
+        left_out.append(residual)
+        return vector
+
+    monkeypatch.setattr(masked_round, "_masked_vector", spy)
+    rows = _masked_run(tmp_path, "fl.rounds=2", "fl.num_clients=8", "compression.index_policy=sketch",
+                       "compression.error_feedback=false")
+    assert not rows["error_feedback"].any() and (rows["state_bytes"] == 0).all() and (rows["bytes_up_sketch"] > 0).all()
+    assert len(sketched) == len(left_out) == 16
+    for vector, residual in zip(sketched, left_out):
+        np.testing.assert_allclose(vector, residual, rtol=0, atol=1e-6 * np.abs(residual).max())
+
+
+
+
+def test_the_sketch_policys_next_index_set_is_the_heavy_hitters_of_the_summed_residual_sketch(tmp_path, monkeypatch):
+    """Under `sketch` the server learns the next round's index set from this round's summed sketch of what the
+    clients left out: its heavy hitters, not a fresh random draw."""
+    from fl.server import Server
+
+    apply, applied = Server.apply_masked, []
+
+    def spy(self, r, values, weight, cells):
+        applied.append((r, self.positions.copy(), cells.copy(), self.policy))
+        apply(self, r, values, weight, cells)
+
+    monkeypatch.setattr(Server, "apply_masked", spy)
+    rows = _masked_run(tmp_path, "fl.rounds=3", "fl.num_clients=8", "compression.index_policy=sketch")
+    assert rows["index_policy"].iloc[0] == "sketch" and [r for r, *_ in applied] == [0, 1, 2]
+    for (r, _, cells, policy), (_, positions, _, _) in zip(applied, applied[1:]):
+        sketch = policy.sketch(r)
+        expected = sketch.heavy_hitters(cells.reshape(sketch.rows, sketch.cols), policy.k)
+        assert len(positions) == policy.k
+        np.testing.assert_array_equal(positions, expected)

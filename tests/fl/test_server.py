@@ -123,3 +123,46 @@ def test_finite_updates_that_carry_the_model_past_float32_end_the_run_naming_it_
     assert np.isfinite(server.weights).all()
     with pytest.raises(Diverged, match="3 entries beyond float32's range"):
         server.apply(update)
+
+
+@pytest.mark.parametrize("codec", ["rotation", "countsketch"])
+def test_a_masked_linear_codecs_summed_table_is_applied_as_the_clients_weighted_mean_table(codec):
+    """Clients mask the table of w times their update: the server divides the summed table by the summed weight
+    before decoding it (a count sketch's through its accumulator's heavy hitters), as it would one client's table of
+    the weighted mean update."""
+    from compression.countsketch import SketchAccumulator
+
+    server = _server("secagg=dh", f"compression={codec}", "compression.ratio=0.1")
+    linear, length = server.plan.linear, server.plan.length
+    updates = np.random.default_rng(0).normal(scale=0.01, size=(2, length)).astype(np.float32)
+    summed = sum(linear.masked_table(u * np.float32(w)).ravel().astype(np.float64) for w, u in zip((0.5, 1.5), updates))
+    mean = linear.masked_table((np.float32(0.5) * updates[0] + np.float32(1.5) * updates[1]) / np.float32(2.0))
+    server.apply_masked(0, None, 2.0, summed)
+    if codec == "rotation":
+        expected = linear.from_table(mean.ravel(), length)
+    else:
+        accumulator = SketchAccumulator(linear, length)
+        accumulator.add(mean.reshape(accumulator.table.shape))
+        positions, values = accumulator.extract()
+        expected = np.zeros(length, np.float32)
+        expected[positions] = values
+    assert np.abs(expected).max() > 0
+    np.testing.assert_allclose(server.weights, expected, rtol=1e-4, atol=1e-6 * np.abs(expected).max())
+
+
+def test_under_memory_a_plain_round_that_sums_no_update_leaves_the_model_where_it_is():
+    """The memories' mean moves the model once for each round that summed an update; a round whose every update
+    was lost or refused sums nothing, and stepping by the unchanged mean again would count the same updates twice."""
+    import compression
+    from fl.rounds.plain import PlainAggregator
+
+    server = _server("secagg=none", "compression=none", "fl.aggregation=memory")
+    length, codec = server.plan.length, compression.get("none")()
+    update = np.random.default_rng(0).normal(size=length).astype(np.float32)
+    agg = PlainAggregator(0, length, codec)
+    agg.add(wire.encode_update(0, 3, "none", length, 2.0, update.tobytes()), 3)
+    server.apply_plain(agg)
+    np.testing.assert_array_equal(server.weights, update)
+    server.apply_plain(PlainAggregator(1, length, codec))
+    np.testing.assert_array_equal(server.weights, update)
+    assert server.memory.weight == 2.0 and server.memory.members == {3}

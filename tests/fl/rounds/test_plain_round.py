@@ -149,3 +149,74 @@ def test_a_catch_up_of_another_round_is_refused():
     delta = wire.encode_broadcast(5, "none", length, True, dense.encode(np.ones(length, np.float32)))
     with pytest.raises(wire.WireError, match="catch-up: round 2"):
         sync(worker, delta, 5, catchup)
+
+
+def test_an_update_the_server_refuses_is_still_counted_as_uploaded(tmp_path, monkeypatch):
+    """Its client sent it: bytes_up is the len() of every update sent, the refused (truncated) ones too."""
+    import fl
+
+    encode, sent = wire.encode_update, []
+
+    def truncated(round, cid, *a):
+        message = encode(round, cid, *a)
+        message = message[:-3] if cid == 1 else message
+        sent.append(len(message))
+        return message
+
+    monkeypatch.setattr(wire, "encode_update", truncated)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=none",
+                              "compression.ratio=0.1", "fl.num_clients=4", "fl.clients_per_round=4", "fl.rounds=2"]))
+    assert rows["rejected"].tolist() == [1, 1] and len(sent) == 8
+    assert rows["bytes_up"].sum() == rows["bytes_up_payload"].sum() == sum(sent)
+
+
+def test_a_dead_workers_clients_count_as_dropped_and_a_client_that_sends_nothing_as_rejected(tmp_path, monkeypatch):
+    """Worker 1 (clients 1 and 5 of 8, on four workers) dies in every round's call, and client 2's update is not
+    finite: the row says which clients were lost with their worker and which refused to send."""
+    import fl
+    from fl.runtime.pool import InlinePool
+    from fl.runtime.worker import Worker
+
+    call, train = InlinePool.call, Worker.train
+
+    def dies(self, step, args, **kw):
+        replies = call(self, step, args, **kw)
+        if step is plain.client_round and 1 in replies:
+            replies[1] = None
+        return replies
+
+    def poisoned(self, cid, round):
+        update, n = train(self, cid, round)
+        return (update * np.float32(np.nan) if cid == 2 else update), n
+
+    monkeypatch.setattr(InlinePool, "call", dies)
+    monkeypatch.setattr(Worker, "train", poisoned)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=none",
+                              "compression.ratio=0.1", "fl.num_clients=8", "fl.clients_per_round=8", "fl.rounds=2",
+                              "ray.num_workers=4"]))
+    assert rows["dropped"].tolist() == [2, 2] and rows["rejected"].tolist() == [1, 1]
+
+
+def test_a_broadcast_of_another_round_is_refused():
+    """A worker trains its clients for the round it is called for: a broadcast of another round (a replayed or
+    late one) would train them from the wrong model, and under masking hand them another round's index set."""
+    length, dense = 8, compression.get("none")()
+    worker = types.SimpleNamespace(plan=types.SimpleNamespace(length=length), synced_round=4,
+                                   reference=np.zeros(length, np.float32))
+    broadcast = wire.encode_broadcast(6, "none", length, False, dense.encode(np.ones(length, np.float32)))
+    with pytest.raises(wire.WireError, match="model broadcast: round 6, expected 5"):
+        sync(worker, broadcast, 5)
+    assert worker.synced_round == 4 and not worker.reference.any()
+
+
+def test_a_sender_takes_back_its_old_memory_only_if_refused_and_the_worker_then_holds_no_old_memory():
+    """fl.aggregation=memory: the old memories are held only until the worker is next called; kept longer, a worker
+    would hold a second memory for every client it ever sent for."""
+    from fl.rounds.client import restore_refused
+
+    old, new = np.full(4, 1.0, np.float32), np.full(4, 2.0, np.float32)
+    worker = types.SimpleNamespace(replaced={3: old, 4: None, 5: old}, replaced_round=2,
+                                   residuals={3: new, 4: new, 5: new})
+    restore_refused(worker, {1: [3, 4, 5], 2: [3, 4]})
+    assert worker.residuals.keys() == {3, 5} and worker.residuals[3] is old and worker.residuals[5] is new
+    assert worker.replaced == {}

@@ -71,7 +71,7 @@ def test_server_momentum_is_fedavgm_and_keeps_moving_an_earlier_rounds_positions
     server = _server("secagg=dh", "compression.ratio=0.01", "compression.index_policy=randk",
                      f"fl.server_lr={lr}", f"fl.server_momentum={beta}")
     expected, buffer = np.zeros(server.plan.length, np.float32), np.zeros(server.plan.length, np.float32)
-    earlier = None
+    earlier = before = None
     for r in range(3):
         server.broadcast(r, [0, 1], {0: [0, 1]}, lambda m: m)
         values = np.random.default_rng(r).normal(size=server.plan.k).astype(np.float32)

@@ -669,7 +669,6 @@ def test_fresh_summarizes_each_clients_update_weighted_as_its_values_are(tmp_pat
         np.testing.assert_array_equal(vector, corrected * w)
 
 
-
 def test_the_sketch_policy_without_error_feedback_sketches_what_the_round_leaves_out_and_keeps_nothing(
         tmp_path, monkeypatch):
     """The `sketch` policy picks the next index set from the sketch of what this round's values left out (the
@@ -694,8 +693,6 @@ def test_the_sketch_policy_without_error_feedback_sketches_what_the_round_leaves
     assert len(sketched) == len(left_out) == 16
     for vector, residual in zip(sketched, left_out):
         np.testing.assert_allclose(vector, residual, rtol=0, atol=1e-6 * np.abs(residual).max())
-
-
 
 
 def test_the_sketch_policys_next_index_set_is_the_heavy_hitters_of_the_summed_residual_sketch(tmp_path, monkeypatch):

@@ -1,0 +1,96 @@
+"""Dataset edges the loaders must hold: cache staleness, refused label values and shapes, the subsample draws."""
+import os
+import shutil
+
+import numpy as np
+import pytest
+from fixtures_datasets import cifar_checksums, dataset_cfg, synthetic_images, write_cifar10, write_mnist
+
+from fl.data import DatasetNotFoundError, load_dataset
+
+
+def _flat_gz(tmp_path, name, x, y, n_train):
+    """The four gzipped IDX files flat in `tmp_path/name`, as Debian installs them."""
+    raw = write_mnist(tmp_path / f"staging-{name}", "FashionMNIST", x[:n_train], y[:n_train], x[n_train:],
+                      y[n_train:], compress=True)
+    flat = tmp_path / name
+    shutil.copytree(raw, flat)
+    return flat
+
+
+def test_a_replaced_source_of_another_size_is_unpacked_again_even_with_the_very_same_time(tmp_path):
+    """The cache stamp holds the source's size as well as its time: a replacement that keeps the time to the
+    nanosecond (cp -p on a file system of coarse times, a restore) still differs in its size."""
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    flat = _flat_gz(tmp_path, "flat", x, y, 60)
+    cfg = dataset_cfg("fashion_mnist", tmp_path / "none", system_dirs=[str(flat)], cache=str(tmp_path / "cache"))
+    np.testing.assert_array_equal(load_dataset(cfg, 0).y_train, y[:60])
+    other = _flat_gz(tmp_path, "other", x, y, 50)  # 50 training samples: both training files change size
+    for f in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"):
+        before = os.stat(flat / f)
+        (flat / f).write_bytes((other / f).read_bytes())
+        assert os.path.getsize(flat / f) != before.st_size
+        os.utime(flat / f, ns=(before.st_atime_ns, before.st_mtime_ns))
+    np.testing.assert_array_equal(load_dataset(cfg, 0).y_train, y[:50])
+
+
+def test_a_label_equal_to_the_number_of_classes_is_refused(tmp_path):
+    """Labels run 0..9: a 10 is one past the last class (cross-entropy would fail mid-run, on one client only)."""
+    x, y = synthetic_images(80, (28, 28), seed=5)
+    y_train = np.where(np.arange(60) == 7, 10, y[:60]).astype(np.uint8)
+    write_mnist(tmp_path, "MNIST", x[:60], y_train, x[60:], y[60:])
+    with pytest.raises(DatasetNotFoundError, match="train files under .* disagree: labels from 0 to 10, expected 0 to 9"):
+        load_dataset(dataset_cfg("mnist", tmp_path), 0)
+
+
+def test_a_negative_cifar_label_is_refused(tmp_path, monkeypatch):
+    """CIFAR-10's labels are pickled Python ints, so unlike MNIST's uint8 they can be negative."""
+    import torchvision.datasets
+
+    x, y = synthetic_images(40, (3, 32, 32), seed=4)
+    y_test = np.where(np.arange(10) == 2, -1, y[30:].astype(np.int64))
+    md5 = write_cifar10(tmp_path, x[:30], y[:30], x[30:], y_test)
+    for attr, value in cifar_checksums(md5).items():
+        monkeypatch.setattr(torchvision.datasets.CIFAR10, attr, value)
+    with pytest.raises(DatasetNotFoundError, match="test files under .* disagree: labels from -1 to \\d, expected 0 to 9"):
+        load_dataset(dataset_cfg("cifar10", tmp_path), 0)
+
+
+def test_images_of_another_size_are_refused_naming_both_shapes(tmp_path):
+    """14x14 IDX images parse (their header agrees with their size), but no model here is built for them."""
+    x, y = synthetic_images(80, (14, 14), seed=5)
+    write_mnist(tmp_path, "MNIST", x[:60], y[:60], x[60:], y[60:])
+    with pytest.raises(DatasetNotFoundError, match=r"disagree: images of shape \(1, 14, 14\), expected \(1, 28, 28\)"):
+        load_dataset(dataset_cfg("mnist", tmp_path), 0)
+
+
+def _indexed_mnist(root, n_train, n_test):
+    """MNIST files whose image i carries i in its first pixel beside two constant pixels (0 and 100), so the index of
+    every kept row can be read back through the affine per-channel standardization."""
+    def images(n):
+        x = np.zeros((n, 28, 28), np.uint8)
+        x[:, 0, 0] = np.arange(n)
+        x[:, 0, 2] = 100
+        return x
+
+    y = np.arange(max(n_train, n_test)) % 10
+    write_mnist(root, "MNIST", images(n_train), y[:n_train], images(n_test), y[:n_test])
+
+
+def _kept(x):
+    zero, hundred = x[:, 0, 0, 1], x[:, 0, 0, 2]
+    return np.rint((x[:, 0, 0, 0] - zero) * 100 / (hundred - zero)).astype(int)
+
+
+@pytest.mark.parametrize("seed", [0, 1, 3])
+def test_the_subsamples_are_the_pinned_draws_one_stream_per_split(tmp_path, seed):
+    """Committed results depend on which samples max_train and max_test keep, so the draw is pinned: the train
+    split's from numpy's default_rng([seed, 1]), the test split's from default_rng([seed, 2]), indices sorted.
+    Equal splits and limits must keep different samples (one stream per split), and seed 1's train draw must not
+    be seed 0's test draw (a seed + salt key would make it so)."""
+    _indexed_mnist(tmp_path, 40, 40)
+    data = load_dataset(dataset_cfg("mnist", tmp_path, max_train=12, max_test=12), seed)
+    for split, salt in ((data.x_train, 1), (data.x_test, 2)):
+        want = np.sort(np.random.default_rng([seed, salt]).choice(40, size=12, replace=False))
+        np.testing.assert_array_equal(_kept(split), want)
+    assert not np.array_equal(_kept(data.x_train), _kept(data.x_test))

@@ -94,3 +94,62 @@ def test_the_subsamples_are_the_pinned_draws_one_stream_per_split(tmp_path, seed
         want = np.sort(np.random.default_rng([seed, salt]).choice(40, size=12, replace=False))
         np.testing.assert_array_equal(_kept(split), want)
     assert not np.array_equal(_kept(data.x_train), _kept(data.x_test))
+
+
+def test_digits_max_test_alone_subsamples_the_test_split_and_keeps_the_training_split():
+    """max_test without max_train: the test split is cut, the training split is the one load_digits gives."""
+    from fl.data import load_digits
+
+    full = load_digits(0)
+    data = load_dataset(dataset_cfg("digits", "nowhere", max_test=50), 0)
+    assert len(data.y_test) == 50
+    np.testing.assert_array_equal(data.y_train, full.y_train)
+
+
+def test_a_dirichlet_split_kept_only_after_a_hundred_draws_is_found():
+    """The search runs 1000 draws, as its refusal says: 30 clients on 100 samples at alpha 0.1, seed 1, is first
+    held (every client at least one sample) at draw 136 of the recipe in test_data_models."""
+    from fl.data import partition
+
+    labels = np.repeat(np.arange(10), 10)
+    parts = partition(labels, 30, "dirichlet", 0.1, 1, min_size=1)
+    assert len(parts) == 30 and min(len(p) for p in parts) >= 1
+
+
+def test_shards_of_one_sample_each_are_allowed():
+    """num_clients * shards_per_client may equal the number of samples: every shard is then one sample."""
+    from fl.data import partition
+
+    labels = np.repeat(np.arange(10), 2)
+    parts = partition(labels, 10, "shards", 0.0, 0, shards_per_client=2)
+    assert sorted(np.concatenate(parts).tolist()) == list(range(20)) and all(len(p) == 2 for p in parts)
+
+
+def test_labels_refuse_one_client_short_of_one_per_class():
+    """Nine clients for ten classes: a class would go unheld (or to no one at all)."""
+    from fl.data import ConfigError, partition
+
+    with pytest.raises(ConfigError, match="at least one client per class .10.; got 9 clients"):
+        partition(np.repeat(np.arange(10), 20), 9, "labels", 0.0, 0)
+
+
+def test_a_runs_partitions_are_partition_with_its_config_and_min_size_one():
+    """Driver and workers rebuild the split from the config alone: partition() with the run's seed, its partition's
+    own parameters, and min_size=1 (a run refuses only an empty client), whatever else the config holds."""
+    from omegaconf import OmegaConf
+
+    from fl.data import client_partitions, partition
+
+    labels = np.repeat(np.arange(10), 4)
+    cfg = OmegaConf.create({"seed": 7, "fl": {"num_clients": 40},
+                            "dataset": {"partition": "iid", "alpha": 0.5, "shards_per_client": 1,
+                                        "labels_per_client": 3}})
+    parts = client_partitions(cfg, labels)  # 40 clients of one sample each: min_size=2 would refuse it
+    assert all(len(p) == 1 for p in parts)
+    want = partition(labels, 40, "iid", 0.5, 7, min_size=1)
+    assert all(np.array_equal(p, q) for p, q in zip(parts, want))
+    cfg.fl.num_clients, cfg.dataset.partition = 10, "labels"
+    parts = client_partitions(cfg, labels)
+    assert all(len(np.unique(labels[p])) == 3 for p in parts)  # labels_per_client, not shards_per_client
+    want = partition(labels, 10, "labels", 0.5, 7, min_size=1, labels_per_client=3)
+    assert all(np.array_equal(p, q) for p, q in zip(parts, want))

@@ -1,0 +1,61 @@
+"""Training and evaluation modes (batch statistics, dropout) and SGD's momentum at a moderate value."""
+import numpy as np
+import pytest
+import torch
+
+from fl.training import SGD, evaluate, train_local
+
+
+def _bn_model(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                               torch.nn.Linear(16, 3))
+
+
+def _data(n=200, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.normal(2.0, 3.0, size=(n, 8)).astype(np.float32), rng.integers(0, 3, n).astype(np.int64)
+
+
+def test_evaluation_uses_running_statistics_and_leaves_them_alone():
+    """A model handed over in training mode is evaluated in eval mode: BatchNorm normalizes with its running
+    statistics (the figures do not depend on which samples share a batch) and the evaluation updates none of them."""
+    model = _bn_model()
+    x, y = _data()
+    train_local(model, SGD(model.parameters(), 0.05), x, y, 1, 32, seed=0)
+    assert model.training
+    running = model[1].running_mean.clone()
+    accuracy, loss = evaluate(model, x, y)
+    torch.testing.assert_close(model[1].running_mean, running, rtol=0, atol=0)
+    reference = _bn_model()
+    reference.load_state_dict(model.state_dict())
+    reference.eval()
+    with torch.no_grad():
+        logits = reference(torch.from_numpy(x)).double()
+    assert loss == pytest.approx(float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(y))), rel=1e-6)
+    assert accuracy == float((logits.argmax(1) == torch.from_numpy(y)).double().mean())
+
+
+def test_local_training_after_an_evaluation_trains_in_training_mode():
+    """Evaluation leaves the model in eval mode; the next client's training must switch it back, or BatchNorm
+    would neither use batch statistics nor update its running ones (and dropout would stay off)."""
+    model = _bn_model()
+    x, y = _data()
+    evaluate(model, x, y)
+    running = model[1].running_mean.clone()
+    train_local(model, SGD(model.parameters(), 0.05), x, y, 1, 32, seed=0)
+    assert not torch.equal(model[1].running_mean, running)
+
+
+@pytest.mark.parametrize("momentum", [0.3, 0.5])
+def test_sgd_with_a_moderate_momentum_takes_the_steps_of_torch_optim_sgd(momentum):
+    """Momentum is applied whatever its value (the suite's other cases use 0 and 0.9)."""
+    torch.manual_seed(1)
+    ours = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    reference = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 3))
+    reference.load_state_dict(ours.state_dict())
+    x, y = _data(96, seed=2)
+    train_local(ours, SGD(ours.parameters(), 0.05, momentum), x, y, 2, 16, seed=3)
+    train_local(reference, torch.optim.SGD(reference.parameters(), lr=0.05, momentum=momentum), x, y, 2, 16, seed=3)
+    for p, q in zip(ours.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)

@@ -59,3 +59,41 @@ def test_sgd_with_a_moderate_momentum_takes_the_steps_of_torch_optim_sgd(momentu
     train_local(reference, torch.optim.SGD(reference.parameters(), lr=0.05, momentum=momentum), x, y, 2, 16, seed=3)
     for p, q in zip(ours.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("lr,weight_decay", [(0.2, 0.0), (0.01, 0.05)])
+def test_sgd_steps_by_the_learning_rate_it_is_given(lr, weight_decay):
+    """fl.lr reaches every step (the suite's other cases all train at 0.05)."""
+    torch.manual_seed(2)
+    ours = torch.nn.Linear(8, 3)
+    reference = torch.nn.Linear(8, 3)
+    reference.load_state_dict(ours.state_dict())
+    x, y = _data(64, seed=4)
+    train_local(ours, SGD(ours.parameters(), lr, 0.0, weight_decay), x, y, 1, 16, seed=0)
+    train_local(reference, torch.optim.SGD(reference.parameters(), lr=lr, weight_decay=weight_decay), x, y, 1, 16,
+                seed=0)
+    for p, q in zip(ours.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_batches_follow_one_seeded_permutation_per_epoch():
+    """Committed results depend on the batch order: each epoch takes the next permutation of one
+    np.random.default_rng(seed), cut into batches in order (the last one short)."""
+    torch.manual_seed(5)
+    ours = torch.nn.Linear(8, 3)
+    reference = torch.nn.Linear(8, 3)
+    reference.load_state_dict(ours.state_dict())
+    x, y = _data(50, seed=6)
+    train_local(ours, SGD(ours.parameters(), 0.1), x, y, 3, 16, seed=11)
+    optimizer = torch.optim.SGD(reference.parameters(), lr=0.1)
+    gen = np.random.default_rng(11)
+    xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+    for _ in range(3):
+        order = torch.from_numpy(gen.permutation(50))
+        for start in range(0, 50, 16):
+            idx = order[start:start + 16]
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(reference(xt[idx]), yt[idx]).backward()
+            optimizer.step()
+    for p, q in zip(ours.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)

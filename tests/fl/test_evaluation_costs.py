@@ -27,3 +27,25 @@ def test_a_carried_range_sets_the_seconds_per_batch_the_next_share_out_uses():
     carried.take(1, [(10, 1.0)] * 2, 5.0)  # a reply that is not its range (two batches for one) teaches nothing
     assert evaluator.batch_seconds == 0.6 / 3
     assert carried.result()[:2] == (1.0, 0.1)
+
+
+def test_a_dead_workers_range_goes_to_a_worker_that_is_alive():
+    """Worker 0 died: its range is asked of worker 1, never of worker 0 again (whose reply would be None for ever)."""
+    from fl.evaluation import Evaluator
+
+    class Pool:
+        workers, dead = [object(), object()], {0}
+
+        def __init__(self):
+            self.asked = []
+
+        def evaluate(self, calls):
+            self.asked.append(sorted(calls))
+            if len(self.asked) > 3:
+                raise AssertionError(f"asked {self.asked}: a dead worker's range went round again")
+            return {w: None if w in self.dead else [(b - a, 0.5)] * (b - a) for w, (_, a, b) in calls.items()}
+
+    pool = Pool()
+    evaluator = Evaluator(pool, 2, 30)
+    replies = evaluator.evaluate_ranges("ref", {0: (0, 2), 1: (2, 3)})
+    assert replies == {0: [(2, 0.5)] * 2, 1: [(1, 0.5)]} and pool.asked == [[0, 1], [1]]

@@ -34,3 +34,18 @@ def test_the_first_value_past_each_bound_is_refused(override, match):
 ])
 def test_the_value_at_each_bound_is_accepted(override):
     validate(fl.compose(override.split()))
+
+
+def test_resnet_stages_halve_28_pixel_maps_rounding_up_as_a_stride_two_convolution_does():
+    """A 3x3 stride-2 convolution padded by 1 maps n pixels to ceil(n / 2): MNIST's 28 go 14, 7, 4, 2, 1, so the
+    sixth stage (not the fifth, as rounding down would say) is the 1x1 one that GroupNorm reduces to its bias."""
+    from types import SimpleNamespace
+
+    from fl.config import check_feature_maps
+
+    def model(*channels):
+        return SimpleNamespace(name="resnet_small", channels=list(channels), norm="group", padding="same")
+
+    check_feature_maps(model(8, 16, 32, 32, 32), "mnist")  # 2x2 at the fifth stage
+    with pytest.raises(ConfigError, match="resnet_small's stage 6 is 1x1 on mnist"):
+        check_feature_maps(model(8, 16, 32, 32, 32, 32), "mnist")

@@ -97,3 +97,14 @@ def test_batches_follow_one_seeded_permutation_per_epoch():
             optimizer.step()
     for p, q in zip(ours.parameters(), reference.parameters()):
         torch.testing.assert_close(p, q, rtol=1e-6, atol=1e-7)
+
+
+def test_evaluation_in_smaller_batches_covers_every_sample():
+    """A split over one pass (1024) evaluated in batches of 100 is cut into 15 of them, not into as many as batches
+    of the default 256 would make (6, leaving 900 samples out)."""
+    torch.manual_seed(6)
+    model = torch.nn.Linear(8, 3)
+    x, y = _data(1500, seed=7)
+    accuracy, loss = evaluate(model, x, y, batch_size=100)
+    default = evaluate(model, x, y)
+    assert accuracy == default[0] and loss == pytest.approx(default[1], rel=1e-6)

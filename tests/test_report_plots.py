@@ -474,17 +474,17 @@ def test_wire_seconds_are_the_counted_bytes_at_the_links_rates_plus_a_round_trip
 
 
 @pytest.mark.parametrize("text", ["10,50", "10,50,0", "a,b,c", "10,-1,5", "10,inf,5"])
-def test_a_link_that_is_not_three_positive_numbers_is_refused_naming_the_format(text, capsys):
-    with pytest.raises(SystemExit):
-        report.main(["results", "--link", text])
+def test_a_link_that_is_not_three_positive_numbers_is_refused_naming_the_format(text, capsys, tmp_path):
+    with pytest.raises(SystemExit):  # --out in tmp_path: were the link taken, nothing lands in the repo's results/
+        report.main(["results", "--link", text, "--out", str(tmp_path)])
     assert "expected UP,DOWN,RTT (Mbit/s, Mbit/s, ms), all > 0" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("text", ["-1", "0", "1.5", "nan", "high"])
-def test_a_target_that_is_no_accuracy_is_refused(text, capsys):
+def test_a_target_that_is_no_accuracy_is_refused(text, capsys, tmp_path):
     """--target -1 was taken, and every run 'reached' it in round 1."""
     with pytest.raises(SystemExit):
-        report.main(["results", "--target", text])
+        report.main(["results", "--target", text, "--out", str(tmp_path)])
     assert "expected an accuracy in (0, 1]" in capsys.readouterr().err
 
 

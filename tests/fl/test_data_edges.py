@@ -39,7 +39,8 @@ def test_a_label_equal_to_the_number_of_classes_is_refused(tmp_path):
     x, y = synthetic_images(80, (28, 28), seed=5)
     y_train = np.where(np.arange(60) == 7, 10, y[:60]).astype(np.uint8)
     write_mnist(tmp_path, "MNIST", x[:60], y_train, x[60:], y[60:])
-    with pytest.raises(DatasetNotFoundError, match="train files under .* disagree: labels from 0 to 10, expected 0 to 9"):
+    with pytest.raises(DatasetNotFoundError,
+                       match="train files under .* disagree: labels from 0 to 10, expected 0 to 9"):
         load_dataset(dataset_cfg("mnist", tmp_path), 0)
 
 
@@ -52,7 +53,8 @@ def test_a_negative_cifar_label_is_refused(tmp_path, monkeypatch):
     md5 = write_cifar10(tmp_path, x[:30], y[:30], x[30:], y_test)
     for attr, value in cifar_checksums(md5).items():
         monkeypatch.setattr(torchvision.datasets.CIFAR10, attr, value)
-    with pytest.raises(DatasetNotFoundError, match="test files under .* disagree: labels from -1 to \\d, expected 0 to 9"):
+    with pytest.raises(DatasetNotFoundError,
+                       match="test files under .* disagree: labels from -1 to \\d, expected 0 to 9"):
         load_dataset(dataset_cfg("cifar10", tmp_path), 0)
 
 

@@ -248,3 +248,13 @@ def test_a_round_faster_than_its_stages_summed_over_the_cohort_has_no_negative_o
     report.plot_time_breakdown(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
     assert {label: y for label, _, y, _ in drawn} == {**{s.removeprefix("t_"): [0.1] for s in report.STAGES},
                                                       "other": [0.0]}
+
+
+def test_two_dense_lines_alike_but_for_the_codecs_keys_give_each_line_one_baseline(tmp_path):
+    """Dense run with and without error feedback (a codec key: no other setting): both are alike to the top-k
+    line, which takes the first, and every line keeps its own row."""
+    _write_run(tmp_path, "d", _rows("d", 0, (0.6, 0.8), **DENSE), _config())
+    _write_run(tmp_path, "e", _rows("e", 0, (0.6, 0.8), **DENSE | {"error_feedback": True}), _config())
+    _write_run(tmp_path, "k", _rows("k", 0, (0.6, 0.75)), _config())
+    t = _table(tmp_path)
+    assert len(t) == 3 and t["accuracy_change"].round(6).tolist() == [0.0, 0.0, -0.05]

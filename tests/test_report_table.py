@@ -214,7 +214,8 @@ def test_the_ratio_plot_draws_mean_and_std_over_seeds_and_protocols_with_other_r
     rows = pd.DataFrame(_rows("d0", 0, (0.5, 0.8), **DENSE) + _rows("d1", 1, (0.5, 0.82), **DENSE)
                         + _rows("k0", 0, (0.5, 0.7)) + _rows("k1", 1, (0.5, 0.74))
                         + _rows("s0", 0, (0.5, 0.6), ratio=0.01)
-                        + _rows("m", 0, (0.5, 0.75), **MASKED) + _rows("p", 0, (0.5, 0.7), **MASKED | {"secagg": "secaggplus"}))
+                        + _rows("m", 0, (0.5, 0.75), **MASKED)
+                        + _rows("p", 0, (0.5, 0.7), **MASKED | {"secagg": "secaggplus"}))
     drawn = _capture(monkeypatch, "errorbar")
     report.plot_accuracy_vs_ratio(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
     lines = {label.rsplit(", ", 1)[-1]: (x, y, e) for label, x, y, e in drawn}

@@ -58,6 +58,19 @@ def test_a_negative_cifar_label_is_refused(tmp_path, monkeypatch):
         load_dataset(dataset_cfg("cifar10", tmp_path), 0)
 
 
+def test_a_cifar_split_of_no_samples_is_refused(tmp_path, monkeypatch):
+    """A CIFAR-10 batch file may hold no images and pass its checksum: the run would then train, and divide by a test
+    split of none at its first evaluation."""
+    import torchvision.datasets
+
+    x, y = synthetic_images(30, (3, 32, 32), seed=4)
+    md5 = write_cifar10(tmp_path, x, y, x[:0], y[:0].astype(np.int64))
+    for attr, value in cifar_checksums(md5).items():
+        monkeypatch.setattr(torchvision.datasets.CIFAR10, attr, value)
+    with pytest.raises(DatasetNotFoundError, match="test files under .* disagree: no samples"):
+        load_dataset(dataset_cfg("cifar10", tmp_path), 0)
+
+
 def test_images_of_another_size_are_refused_naming_both_shapes(tmp_path):
     """14x14 IDX images parse (their header agrees with their size), but no model here is built for them."""
     x, y = synthetic_images(80, (14, 14), seed=5)

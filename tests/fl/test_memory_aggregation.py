@@ -260,37 +260,22 @@ def test_memory_under_an_unmasked_linear_codec_is_allowed_as_each_client_decodes
     validate(fl.compose(["fl.aggregation=memory", "secagg=none", "compression=countsketch", "compression.ratio=0.1"]))
 
 
-def test_a_client_that_cannot_check_the_unmask_request_keeps_the_memory_the_applied_sum_holds(tmp_path, captured,
-                                                                                              monkeypatch):
-    """The first unmask request a client is given does not decode: it sends no shares, but its masked input is in
-    the survivors' sum the round applies, so its new memory must be the one it keeps."""
-    decode, calls = fl.wire.decode_unmask_request, []
+@pytest.mark.parametrize("decoder,dropped", [("decode_unmask_request", "dropped_unmask"),
+                                              ("decode_share_bundle", "dropped_masked_input")])
+def test_a_client_that_cannot_check_a_message_keeps_the_memory_the_applied_sum_holds(tmp_path, captured, monkeypatch,
+                                                                                     decoder, dropped):
+    """The first such message a client is given does not decode. An unmask request: it sends no shares, but its
+    masked input is in the survivors' sum the round applies, so its new memory is the one it keeps. A share bundle:
+    it leaves before masking, so the sum holds none of its new memory, which it must not keep."""
+    decode, calls = getattr(fl.wire, decoder), []
 
     def once(data):
         calls.append(1)
         if len(calls) == 1:
-            raise fl.wire.WireError("unmask request: a corrupted message")
+            raise fl.wire.WireError(f"{decoder}: a corrupted message")
         return decode(data)
 
-    monkeypatch.setattr(fl.wire, "decode_unmask_request", once)
+    monkeypatch.setattr(fl.wire, decoder, once)
     rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh", "compression.index_policy=sketch"]))
-    assert rows["dropped_unmask"].tolist() == [1, 0, 0, 0, 0, 0] and not rows["aborted"].any()
-    _check_sum(captured["servers"][0], captured["workers"])
-
-
-def test_a_client_that_cannot_check_its_share_bundle_sends_nothing_and_keeps_its_old_memory(tmp_path, captured,
-                                                                                           monkeypatch):
-    """The first share bundle a client is given does not decode: it leaves before masking, so the applied sum holds
-    none of its new memory, which it must not keep."""
-    decode, calls = fl.wire.decode_share_bundle, []
-
-    def once(data):
-        calls.append(1)
-        if len(calls) == 1:
-            raise fl.wire.WireError("share bundle: a corrupted message")
-        return decode(data)
-
-    monkeypatch.setattr(fl.wire, "decode_share_bundle", once)
-    rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh", "compression.index_policy=sketch"]))
-    assert rows["dropped_masked_input"].tolist() == [1, 0, 0, 0, 0, 0] and not rows["aborted"].any()
+    assert rows[dropped].tolist() == [1, 0, 0, 0, 0, 0] and not rows["aborted"].any()
     _check_sum(captured["servers"][0], captured["workers"])

@@ -186,3 +186,24 @@ def test_the_accumulated_table_is_float64_so_a_small_addition_to_a_large_sum_is_
     accumulator.add(np.full((1, 4), 2.0 ** 25, np.float32))
     accumulator.add(np.ones((1, 4), np.float32))  # 2**25 + 1 is not a float32
     assert accumulator.table.tolist() == [[2.0 ** 25 + 1] * 4]
+
+
+def test_add_tables_refuses_a_sum_that_overflows_float32():
+    """Each table is finite (3e38 in its cells); their float64 sum is not a float32: an error, not Inf."""
+    codec = CountSketchCompression(0.1)
+    x = np.zeros(1000, np.float32)
+    x[7] = 3e38
+    payload = codec.encode(x)
+    assert np.abs(codec.table(payload, x.size)).max() == np.float32(3e38)
+    with pytest.raises(ValueError, match="summed table overflows float32"):
+        codec.add_tables([payload, payload], x.size)
+
+
+def test_check_sender_refuses_a_sketch_that_decodes_another_k():
+    """Same rows, columns and seed but another cols_per_k: its payload names another k, refused by the server."""
+    ours, theirs = CountSketchCompression(0.5), CountSketchCompression(0.5, cols_per_k=8.0)
+    assert ours.shape_for(1000) == theirs.shape_for(1000) and ours.k_for(1000) != theirs.k_for(1000)
+    x = np.linspace(-1, 1, 1000).astype(np.float32)
+    ours.check_sender(ours.encode(x), x.size)
+    with pytest.raises(DecodeError, match="another sketch"):
+        ours.check_sender(theirs.encode(x), x.size)

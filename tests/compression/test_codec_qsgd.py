@@ -164,3 +164,24 @@ def test_each_layer_scale_is_its_norm_rounded_up_to_float32():
     payload = QSGDCompression(levels=16, layout=[40, 25, 2]).encode(vector)
     scales = np.frombuffer(payload, "<f4", count=3, offset=7 + 4 + 12)
     assert scales.tolist() == [scale_of(vector[:40]), scale_of(vector[40:65]), scale_of(vector[65:])]
+
+
+@pytest.mark.parametrize("levels", [3, 7, 100])
+def test_a_decoded_entry_is_r_times_l_over_s_rounded_once_to_float32(levels):
+    """r * l / s within half a float32 ulp (plus float64 rounding): a float32 r / s would add a rounding of its own,
+    up to a whole ulp off."""
+    from fractions import Fraction
+
+    from compression.packing import unpack_codes
+    from compression.qsgd import code_width
+
+    x = random_vector(500, seed=levels)
+    payload = QSGDCompression(levels=levels).encode(x)
+    width = code_width(levels)
+    codes = unpack_codes(np.frombuffer(payload, np.uint8, offset=15), x.size, width, "test")
+    r = Fraction(float(np.frombuffer(payload, "<f4", count=1, offset=11)[0]))
+    decoded = QSGDCompression().decode(payload, x.size)
+    for code, d in zip(codes.tolist(), decoded):
+        exact = r * (code & ((1 << (width - 1)) - 1)) / levels
+        ulp = Fraction(float(np.spacing(np.float32(abs(d)))))
+        assert abs(abs(Fraction(float(d))) - exact) <= ulp / 2 + exact * Fraction(1, 2**50)

@@ -123,3 +123,20 @@ def test_bad_options_are_refused():
         RandKCompression(0.5, unbiased="yes")
     with pytest.raises(ValueError, match="seed"):
         RandKCompression(0.5, seed=-1)
+
+
+def test_unbiased_scaling_rounds_v_times_n_over_k_once_to_float32():
+    """Each decoded value is v * n / k within half a float32 ulp (plus float64 rounding): scaling in float32 would
+    round n / k first and then the product, up to a whole ulp off."""
+    from fractions import Fraction
+
+    n, k = 1000, 300
+    codec = RandKCompression(k / n, unbiased=True)
+    payload = codec.encode(random_vector(n, seed=4))
+    sent = np.frombuffer(payload, "<f4", offset=18)
+    assert sent.size == k
+    _, decoded = RandKCompression().decode_sparse(payload, n)
+    for v, d in zip(sent, decoded):
+        exact = Fraction(float(v)) * n / k
+        ulp = Fraction(float(np.spacing(np.float32(abs(d)))))
+        assert abs(Fraction(float(d)) - exact) <= ulp / 2 + abs(exact) * Fraction(1, 2**50)

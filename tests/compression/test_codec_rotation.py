@@ -265,3 +265,17 @@ def test_registered_flags_and_the_receiver_builds_it_from_the_name():
     decoded = compression.get("rotation")().decode(payload, 300)  # default options, the sender's from the payload
     np.testing.assert_array_equal(decoded, RotationCodec(bits=4, seed=12345).decode(payload, 300))
     assert np.linalg.norm(decoded - x) / np.linalg.norm(x) < 0.4
+
+
+def test_check_sender_refuses_a_payload_of_another_seed_or_width():
+    x = np.linspace(-1, 1, 40).astype(np.float32)
+    RotationCodec(bits=8, seed=3).check_sender(RotationCodec(bits=8, seed=3).encode(x), x.size)
+    for other in (RotationCodec(bits=8, seed=4), RotationCodec(bits=6, seed=3)):
+        with pytest.raises(DecodeError, match="another rotation"):
+            RotationCodec(bits=8, seed=3).check_sender(other.encode(x), x.size)
+
+
+def test_from_table_refuses_a_finite_table_whose_unrotation_overflows_float32():
+    """Two cells of 3e38 unrotate to 3e38 * sqrt(2) (one of the two entries), beyond float32: an error, not Inf."""
+    with pytest.raises(ValueError, match="unrotated table overflows float32"):
+        RotationCodec().from_table(np.array([3e38, 3e38]), 2)

@@ -100,3 +100,12 @@ def test_a_layers_first_entry_counts_in_that_layers_magnitude():
     payload = codec.encode(vector)
     assert np.frombuffer(payload, "<f4", count=2, offset=9 + 4 + 8).tolist() == pytest.approx([25.0, 0.25])
     assert codec.decode(payload, 6).tolist() == pytest.approx([0.0, -25.0, 25.0, 0.25, -0.25, 0.0])
+
+
+def test_a_payload_of_no_kept_entries_is_refused():
+    """k = 0 with an empty bitmap is well formed byte for byte, but the encoder never writes it (it keeps >= 1)."""
+    payload = TernaryCompression(0.5).encode(np.array([0.5, -4.0, 1.0, 2.0], dtype=np.float32))
+    assert payload[17] == 0  # the bitmap encoding: one byte, then one byte of signs
+    empty = payload[:5] + struct.pack("<I", 0) + payload[9:18] + b"\x00"
+    with pytest.raises(DecodeError, match="k=0 out of range"):
+        TernaryCompression().decode(empty, 4)

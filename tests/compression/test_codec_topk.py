@@ -389,3 +389,13 @@ def test_a_layout_keeps_and_sizes_ceil_ratio_times_size_per_layer_not_of_the_who
     assert codec.k_for(6) == 4 == struct.unpack_from("<BBII", payload)[3]
     assert len(payload) <= codec.size(6)
     assert codec.decode(payload, 6).tolist() == [0.0, 2.0, 3.0, 0.0, 5.0, 6.0]
+
+
+def test_decode_sparse_values_are_a_writable_native_copy():
+    """The values sit read-only in the payload's bytes: a caller that scales them in place must get its own array."""
+    payload = TopKCompression(0.5).encode(np.array([1.0, -3.0, 0.5, 2.0], np.float32))
+    positions, values = TopKCompression().decode_sparse(payload, 4)
+    assert positions.tolist() == [1, 3] and values.tolist() == [-3.0, 2.0]
+    assert values.flags.writeable and values.dtype == np.float32 and values.dtype.isnative
+    values *= 2  # in place, as aggregation does
+    assert TopKCompression().decode_sparse(payload, 4)[1].tolist() == [-3.0, 2.0]

@@ -1,6 +1,7 @@
 """Position encodings (bitmap, varint, uint16, Golomb-Rice) and top-k selection, against plain-Python references."""
 
 import math
+import struct
 
 import numpy as np
 import pytest
@@ -269,3 +270,29 @@ def test_a_sampled_threshold_is_the_exact_kth_largest_or_none_whatever_the_sampl
     assert threshold is None or threshold == 9_000
     positions, _ = _select(magnitude, k, np.full(1024, target, dtype=np.int64))
     assert positions.tolist() == list(range(9_000, 10_000))
+
+
+def test_rice_remainders_cut_short_are_refused_as_truncated_remainders():
+    """The remainders' own size check names the part that is missing (not the packing helper's byte count)."""
+    from compression.rice import _rice_decode, _rice_deltas, _rice_encode
+
+    positions = np.array([5, 100, 300], dtype=np.int64)
+    data = np.frombuffer(_rice_encode(_rice_deltas(positions), 4), np.uint8)  # 2 bytes of 4-bit remainders
+    assert _rice_decode(data, 1000, 3, "topk")[0].tolist() == positions.tolist()
+    for cut in (1, 2):
+        with pytest.raises(DecodeError, match="rice remainders need 2 bytes"):
+            _rice_decode(data[:cut], 1000, 3, "topk")
+
+
+@pytest.mark.parametrize("n", [10, 65536 + 10])
+def test_a_uint16_offset_landing_exactly_on_the_length_is_out_of_range(n):
+    """The last block holds n - (blocks - 1) * 65536 positions: an offset equal to that is position n."""
+    from compression.positions import UINT16, unpack_positions
+
+    blocks = (n + 65535) // 65536
+    counts = bytes([0] * (blocks - 1) + [1])
+    last = n - (blocks - 1) * 65536
+    ok = np.frombuffer(counts + struct.pack("<H", last - 1), np.uint8)
+    assert unpack_positions(UINT16, ok, n, 1)[0].tolist() == [n - 1]
+    with pytest.raises(DecodeError, match=f"index {n} out of range for length {n}"):
+        unpack_positions(UINT16, np.frombuffer(counts + struct.pack("<H", last), np.uint8), n, 1)

@@ -176,3 +176,64 @@ def test_a_value_at_minus_clip_never_quantizes_below_minus_b_whatever_the_draw()
     assert -0.3 * q.scale < -q.bound
     v = q.lift(q.quantize(np.array([-0.3, 0.3]), _TopDraws()))
     assert v.min() >= -q.bound and v.max() <= q.bound
+
+
+class _ZeroDraws:
+    """An rng whose every draw is 0.0 (a legal output of Generator.random)."""
+
+    def random(self, shape):
+        return np.zeros(shape)
+
+
+def test_a_value_on_a_level_stays_on_it_even_when_the_draw_is_zero():
+    """Rounding up happens with probability equal to the fraction: never for a fraction of 0, whatever the draw."""
+    q = FixedPointQuantizer(127.0, 1, 32, 8)  # scale 1: integers are levels
+    assert q.scale == 1.0
+    x = np.array([-127.0, -5.0, 0.0, 3.0, 127.0])
+    assert q.lift(q.quantize(x, _ZeroDraws())).tolist() == [-127, -5, 0, 3, 127]
+
+
+def _safe(b):
+    """(quant_bits, clients) for a b-bit field: the widest values a cohort of three can sum in it."""
+    if b == 2:
+        return 2, 1
+    return max(qb for qb in range(2, b + 1) if smallest_safe_bits(qb, 3) <= b), 3
+
+
+@pytest.mark.parametrize("bits", range(2, 33))
+def test_the_masked_sum_lifts_to_the_plain_sum_at_every_field_width(bits):
+    """Masks that cancel mod 2^b (not mod 2^32) on top of the quantized values: the lifted field sum is the plain
+    sum of the clients' signed values, and dequantizes to it divided by the scale."""
+    quant_bits, clients = _safe(bits)
+    q = FixedPointQuantizer(clip=0.5, max_clients=clients, bits=bits, quant_bits=quant_bits)
+    rng = np.random.default_rng(bits)
+    xs = [rng.uniform(-0.7, 0.7, 64) for _ in range(clients - 1)] + [np.full(64, 0.5)]
+    masks = rng.integers(0, 2**32, (clients, 64), dtype=np.uint64)
+    masks[-1] = (1 << bits) - masks[:-1].sum(axis=0) % (1 << bits) + (rng.integers(0, 2**32, 64, dtype=np.uint64)
+                                                                       << np.uint64(bits))
+    total, plain = np.zeros(64, np.uint32), np.zeros(64, np.int64)
+    for x, mask in zip(xs, masks):
+        v = q.quantize(x, rng)
+        total += v + mask.astype(np.uint32)  # uint32 wraps mod 2^32; the masks cancel only mod 2^b
+        plain += q.lift(v)
+    assert (masks.sum(axis=0) % (1 << bits) == 0).all()
+    np.testing.assert_array_equal(q.lift(total), plain)
+    np.testing.assert_array_equal(q.dequantize(total), plain / q.scale)
+
+
+def test_with_an_exact_scale_a_sum_dequantizes_to_j_clip_over_b_rounded_once():
+    """clip 1 and B = 127: scale 127 exactly, and the sum j reads back as the double nearest j / 127 (multiplying by
+    a rounded step 1 / 127 would be off by an ulp for some j)."""
+    from fractions import Fraction
+
+    q = FixedPointQuantizer(1.0, 4, 32, 8)
+    assert q.scale == 127.0
+    j = np.arange(-4 * 127, 4 * 127 + 1)
+    assert q.dequantize(j.astype(np.int32).view(np.uint32)).tolist() == [float(Fraction(int(i), 127)) for i in j]
+
+
+def test_exactly_the_minimum_of_256_levels_is_accepted():
+    """(2^19 - 1) // 2047 = 256 levels in a 20-bit field: the least allowed; 2048 clients leave 255, refused."""
+    assert FixedPointQuantizer(clip=1.0, max_clients=2047, bits=20).bound == 256
+    with pytest.raises(ValueError, match="only B=255 levels"):
+        FixedPointQuantizer(clip=1.0, max_clients=2048, bits=20)

@@ -207,3 +207,20 @@ def test_check_sender_refuses_a_sketch_that_decodes_another_k():
     ours.check_sender(ours.encode(x), x.size)
     with pytest.raises(DecodeError, match="another sketch"):
         ours.check_sender(theirs.encode(x), x.size)
+
+
+def test_accumulator_refuses_a_table_that_would_broadcast():
+    """A single row (or a flat row of cols cells) broadcasts over every row: refused, not added rows times."""
+    accumulator = SketchAccumulator(CountSketchCompression(0.1), 100)
+    rows, cols = accumulator.table.shape
+    for wrong in (np.ones((1, cols)), np.ones(cols)):
+        with pytest.raises(ValueError, match="expected a sketch table of shape"):
+            accumulator.add(wrong)
+    assert not accumulator.table.any()
+
+
+def test_a_payloads_table_is_a_writable_copy():
+    codec = CountSketchCompression(0.1)
+    payload = codec.encode(np.linspace(-1, 1, 100).astype(np.float32))
+    table = codec.table(payload, 100)
+    assert table.flags.writeable and table.dtype == np.float32 and table.dtype.isnative

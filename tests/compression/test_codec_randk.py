@@ -140,3 +140,11 @@ def test_unbiased_scaling_rounds_v_times_n_over_k_once_to_float32():
         exact = Fraction(float(v)) * n / k
         ulp = Fraction(float(np.spacing(np.float32(abs(d)))))
         assert abs(Fraction(float(d)) - exact) <= ulp / 2 + abs(exact) * Fraction(1, 2**50)
+
+
+@pytest.mark.parametrize("unbiased", [False, True])
+def test_decode_sparse_values_are_a_writable_native_copy(unbiased):
+    """The values sit read-only in the payload's bytes: a caller that scales them in place must get its own array."""
+    payload = RandKCompression(0.5, unbiased=unbiased).encode(random_vector(10))
+    values = RandKCompression().decode_sparse(payload, 10)[1]
+    assert values.flags.writeable and values.dtype == np.float32 and values.dtype.isnative

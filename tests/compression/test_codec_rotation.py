@@ -279,3 +279,8 @@ def test_from_table_refuses_a_finite_table_whose_unrotation_overflows_float32():
     """Two cells of 3e38 unrotate to 3e38 * sqrt(2) (one of the two entries), beyond float32: an error, not Inf."""
     with pytest.raises(ValueError, match="unrotated table overflows float32"):
         RotationCodec().from_table(np.array([3e38, 3e38]), 2)
+
+
+def test_a_zero_scale_refuses_codes_below_l_as_well_as_above():
+    with pytest.raises(DecodeError, match="must all be L"):
+        RotationCodec().decode(payload_with([3, 2, 3, 3], scale=0.0), 4)

@@ -399,3 +399,13 @@ def test_decode_sparse_values_are_a_writable_native_copy():
     assert values.flags.writeable and values.dtype == np.float32 and values.dtype.isnative
     values *= 2  # in place, as aggregation does
     assert TopKCompression().decode_sparse(payload, 4)[1].tolist() == [-3.0, 2.0]
+
+
+@pytest.mark.parametrize("n", [9, 13, 15])
+def test_the_first_bitmap_bit_beyond_the_length_is_refused(n):
+    """Bit n itself (the lowest padding bit of the last byte), not only the top bit, is refused."""
+    payload = bytearray(TopKCompression(1.0).encode(np.ones(n, np.float32)))
+    payload[10 + n // 8] |= 1 << (n % 8)
+    payload[10 + n // 8 - 1] &= 0x7F  # keep k bits set: position 7 dropped for the bit beyond the end
+    with pytest.raises(DecodeError, match=f"bits set beyond length {n}"):
+        TopKCompression().decode(bytes(payload), n)

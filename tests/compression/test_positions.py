@@ -296,3 +296,13 @@ def test_a_uint16_offset_landing_exactly_on_the_length_is_out_of_range(n):
     assert unpack_positions(UINT16, ok, n, 1)[0].tolist() == [n - 1]
     with pytest.raises(DecodeError, match=f"index {n} out of range for length {n}"):
         unpack_positions(UINT16, np.frombuffer(counts + struct.pack("<H", last), np.uint8), n, 1)
+
+
+def test_a_rice_unary_part_without_enough_ones_in_its_longest_window_runs_past_the_length():
+    """n = 8, k = 1, b = 0: the quotient is at most 7, so one byte bounds the unary part; a zero byte there
+    (and nothing after) is a position past the end, not a stream cut short."""
+    from compression.rice import _rice_decode
+
+    assert _rice_decode(np.array([0, 0x80], np.uint8), 8, 1, "topk")[0].tolist() == [7]
+    with pytest.raises(DecodeError, match="rice positions run past length 8"):
+        _rice_decode(np.array([0, 0x00], np.uint8), 8, 1, "topk")

@@ -237,3 +237,11 @@ def test_exactly_the_minimum_of_256_levels_is_accepted():
     assert FixedPointQuantizer(clip=1.0, max_clients=2047, bits=20).bound == 256
     with pytest.raises(ValueError, match="only B=255 levels"):
         FixedPointQuantizer(clip=1.0, max_clients=2048, bits=20)
+
+
+def test_stochastic_rounding_is_unbiased_below_zero_too():
+    """-0.3 steps rounds to -1 with probability 0.3: rounding toward zero first would always give 0."""
+    q = FixedPointQuantizer(clip=1.0, max_clients=8)
+    levels = q.lift(q.quantize(np.full(200_000, -0.3 * q.step), np.random.default_rng(5)))
+    assert set(np.unique(levels)) <= {-1, 0}
+    assert levels.mean() == pytest.approx(-0.3, abs=0.01)

@@ -245,3 +245,13 @@ def test_stochastic_rounding_is_unbiased_below_zero_too():
     levels = q.lift(q.quantize(np.full(200_000, -0.3 * q.step), np.random.default_rng(5)))
     assert set(np.unique(levels)) <= {-1, 0}
     assert levels.mean() == pytest.approx(-0.3, abs=0.01)
+
+
+def test_a_value_beyond_the_clip_quantizes_as_the_clip_does_draw_for_draw():
+    """At clip 0.37 with 8-bit values, clip * scale lands one ulp below B: the clip itself rounds to B - 1 on the
+    largest draw, and so must everything beyond it (scaling before clipping would give B)."""
+    q = FixedPointQuantizer(0.37, 4, 32, 8)
+    assert 0.37 * q.scale < q.bound
+    x = np.array([0.37, 0.5, 40.0, -0.37, -0.5, -40.0])
+    v = q.lift(q.quantize(x, _TopDraws()))
+    assert v.tolist() == [v[0]] * 3 + [v[3]] * 3 and v[0] == q.bound - 1

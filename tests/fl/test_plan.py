@@ -96,3 +96,43 @@ def test_a_randomized_codec_draws_from_the_runs_seed_unless_its_options_name_one
 def test_a_masked_linear_codec_shares_the_runs_seed_with_the_broadcast():
     plan = _plan("secagg=dh", "compression=rotation", "seed=5")
     assert plan.linear.seed == plan.client_codec.seed == plan.broadcast_codec.seed == 5
+
+
+def test_memory_aggregation_keeps_memories_and_no_error_feedback_residuals():
+    plan = _plan("secagg=none", "fl.aggregation=memory")
+    assert plan.memory and not plan.error_feedback
+    assert _plan("secagg=none").error_feedback  # the same codec without memory keeps residuals
+
+
+def test_an_unmasked_plan_has_no_fixed_point_quantizer_and_a_32_bit_field():
+    plan = _plan("secagg=none", "secagg.quant_bits=8")
+    assert (plan.quant_bits, plan.field_bits) == (None, 32)
+
+
+def test_the_field_of_another_width_is_the_narrowest_that_cannot_wrap_and_a_set_field_is_kept():
+    # a set secagg.bits is the field of secagg.quant_bits' values, although 18 bits would do for 4 of them
+    plan = _plan("secagg=dh", "fl.clients_per_round=4", "secagg.bits=32")
+    assert plan.field_for(16) == 32
+    # 4 clients of 8-bit values: |sum| <= 4 * (2^7 - 1) < 2^9, so a 10-bit field cannot wrap
+    assert plan.field_for(8) == 10
+
+
+def test_a_low_bit_linear_codec_masks_in_its_own_field():
+    # 10 clients of rotation's 8-bit codes: |sum| <= 10 * 127 < 2^11 (a 12-bit field); secagg's 16-bit values
+    # would need 20 bits
+    plan = _plan("secagg=dh", "compression=rotation", "fl.clients_per_round=10")
+    assert (plan.linear_bits, plan.masked_field_bits, plan.field_bits) == (8, 12, 20)
+
+
+def test_neither_compression_nor_masking_is_called_dense():
+    assert _plan("secagg=none", "compression=none").index_policy_name == "dense"
+
+
+def test_the_index_policy_summarizes_the_models_matrices_by_their_shapes():
+    """fresh(marginals) sums each weight matrix's rows and columns: the plan hands the policy the tensors' shapes."""
+    from compression.index_policy import Marginals
+
+    shapes = [(64, 64), (64,), (10, 64), (10,)]
+    plan = Plan.build(validate(fl.compose(["model=mlp_small", "secagg=dh", "compression.ratio=0.1"])), LAYERS,
+                      shapes)
+    assert plan.index_policy().summary.cols == Marginals(shapes).cols != Marginals([(sum(LAYERS),)]).cols

@@ -63,6 +63,20 @@ def test_the_api_switches_keep_a_codecs_preset_unless_set():
     assert (off.compression.client, off.compression.server) == (False, True)
 
 
+def test_run_server_hands_its_switches_and_the_older_frameworks_defaults_to_the_run(monkeypatch):
+    """run_server is build_config then fl.launch.run: each switch reaches the key of its own name, and a call
+    without arguments runs the older framework's defaults (DH masking, top-k at ratio 0.5)."""
+    import fl.launch
+
+    ran = []
+    monkeypatch.setattr(fl.launch, "run", ran.append)
+    fl.run_server(server_with_compression=False, client_with_compression=True)
+    assert (ran[0].compression.server, ran[0].compression.client) == (False, True)
+    fl.run_server()
+    assert ran[1] == fl.build_config()
+    assert (ran[1].secagg.name, ran[1].compression.name, ran[1].compression.ratio) == ("dh", "topk", 0.5)
+
+
 def test_a_codec_registered_without_a_yaml_runs_from_the_api(monkeypatch):
     """docs/adding_a_codec.md: the file and its register line are all it takes. The API chose codecs as a config
     group, which needs conf/compression/<name>.yaml, and refused the registered name."""

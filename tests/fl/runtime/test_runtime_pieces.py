@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -63,6 +64,13 @@ def test_the_warm_pool_serves_a_cell_of_its_shape_and_is_replaced_for_any_other(
     assert second is not first and first.closed
     third = warm.pool(cfg(**other), 3, FakePool)  # another size
     assert third is not second and second.closed
+
+
+def test_a_warm_pool_with_a_dead_worker_is_not_served_again(sweep):
+    first = warm.pool(cfg(), 2, FakePool)
+    first.dead.add(1)
+    second = warm.pool(cfg(), 2, FakePool)
+    assert second is not first and first.closed
 
 
 def test_the_kept_dataset_is_reloaded_for_another_seed_or_dataset(sweep):
@@ -144,6 +152,32 @@ def test_a_local_ray_gets_its_cores_and_settings_and_a_cluster_is_joined_as_it_i
     assert fake_ray.calls[-1] == ("init", "auto", ["configure_logging", "include_dashboard", "log_to_driver"])
 
 
+def test_an_empty_address_is_a_local_ray_and_the_next_cell_giving_it_again_keeps_that_ray(fake_ray):
+    """ray.address may be "" as well as null: both start a local Ray, which a sweep's next cell keeps."""
+    raystart.start("")
+    raystart.start("")
+    raystart.start(None)
+    assert [call[:2] for call in fake_ray.calls] == [("init", "local"), ("monitor",)]
+
+
+def test_only_a_local_ray_is_given_this_checkout_for_its_workers_to_import(fake_ray, monkeypatch):
+    imported = []
+    monkeypatch.setattr(raystart, "_workers_import_project", lambda: imported.append(True))
+    raystart.start("auto")  # a cluster's workers have their own environment
+    raystart.stop()
+    assert imported == []
+    raystart.start(None)
+    assert imported == [True]
+
+
+def test_this_checkout_goes_first_on_the_workers_path_once(monkeypatch):
+    root = str(Path(raystart.__file__).resolve().parents[2])  # the checkout holding fl/runtime/raystart.py
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(["/elsewhere", ""]))
+    raystart._workers_import_project()
+    raystart._workers_import_project()
+    assert os.environ["PYTHONPATH"] == os.pathsep.join([root, "/elsewhere"])
+
+
 def test_a_driver_is_not_a_ray_worker(fake_ray):
     assert not raystart.in_ray_worker()  # Ray not started
     fake_ray.state["up"] = True
@@ -167,6 +201,20 @@ def test_a_pool_that_fits_up_to_rounding_is_not_refused():
     """25 x 0.28 is 7.000000000000001 in floating point: a 7-core Ray holds them."""
     _check_fits({"CPU": 7.0}, 25, 0.28, 0.0)
     _check_fits({"CPU": 25.0, "GPU": 7.0}, 25, 1.0, 0.28)
+
+
+@pytest.mark.parametrize("cpus,size", [(2.0, 3), (1.0, 3), (5.0, 7), (0.5, 6)])
+def test_the_share_a_refusal_suggests_fits_the_ray(cpus, size):
+    """The suggested share is rounded down: 2 CPUs for 3 workers is 0.666 each, as 0.667 would need 2.001."""
+    import re
+
+    from fl.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        _check_fits({"CPU": cpus}, size, 1.0, 0.0)
+    share = float(re.search(r"set ray.num_cpus_per_worker=([0-9.e-]+) to share them", str(err.value)).group(1))
+    assert 0 < share * size <= cpus
+    _check_fits({"CPU": cpus}, size, share, 0.0)
 
 
 def _shrinking_ray(monkeypatch, cpus: float, starts_after: int):
@@ -221,6 +269,50 @@ def test_a_warm_pool_whose_dead_worker_can_no_longer_start_fails_the_next_cell_r
     ray["CPU"] = 2.0
     with pytest.raises(RuntimeError, match=r"dead workers cannot be replaced, as the Ray has shrunk"):
         pool.attach("data", "plan")
+
+
+def test_a_warm_pool_puts_a_kept_dataset_once_and_replaces_a_worker_that_died_between_cells(monkeypatch):
+    """Each cell's plan is put; the dataset only when the cell has another (fl.runtime.warm keeps it). A worker
+    found dead at attach is replaced before the cell starts, and the new run's server is not told of it (it
+    knows no worker's model yet). The reply buffers are probed at the first cell only."""
+    from fl.runtime.pool import RayPool
+
+    class Died(Exception):
+        pass
+
+    def get(ref):
+        if ref == "gone":
+            raise Died
+        return ref
+
+    _shrinking_ray(monkeypatch, 2.0, starts_after=0)
+    fake, puts = sys.modules["ray"], []
+    fake.put, fake.get = (lambda value: puts.append(value) or f"stored {len(puts)}"), get
+    fake.exceptions = SimpleNamespace(RayActorError=Died)
+    pool = RayPool("cpu", 2, 1.0, 0.0)
+    probes = []
+    pool._share_replies = lambda: probes.append(True)
+    data, other = ["a dataset"], ["another dataset"]
+    pool.attach(data, "plan 1")
+    gone = pool.workers[1] = SimpleNamespace(attach=SimpleNamespace(remote=lambda *a: "gone"))
+    pool.attach(data, "plan 2")
+    pool.attach(other, "plan 3")
+    assert puts == [data, "plan 1", "plan 2", other, "plan 3"] and probes == [True]
+    assert pool.workers[1] is not gone and not pool.dead and pool.revive() == []
+
+
+def test_only_data_over_the_inline_limit_goes_through_the_object_store(monkeypatch):
+    """Small broadcasts and weights travel inside each call; a large one is put once and read by every worker."""
+    from fl.runtime.pool import INLINE_BROADCAST_BYTES, RayPool
+
+    _shrinking_ray(monkeypatch, 1.0, starts_after=0)
+    sys.modules["ray"].put = lambda value: ("stored", len(value))
+    pool = RayPool("cpu", 1, 1.0, 0.0)
+    small = np.zeros(INLINE_BROADCAST_BYTES // 4, np.float32)
+    large = np.zeros(small.size + 1, np.float32)
+    assert pool.put(small) is small and pool.put(large) == ("stored", large.size)
+    message = bytes(INLINE_BROADCAST_BYTES)
+    assert pool.put(message) is message and pool.put(message + b"x") == ("stored", INLINE_BROADCAST_BYTES + 1)
 
 
 def test_a_dead_worker_is_replaced_once_its_fresh_actor_has_started(monkeypatch):
@@ -321,6 +413,17 @@ def test_a_reply_that_fills_the_buffer_exactly_fits_and_one_byte_more_grows_it(t
     reader.close()
 
 
+def test_a_buffer_that_must_grow_at_least_doubles(tmp_path):
+    """Replies that grow a little at each call make a new file (and a new mapping for the driver) only every
+    doubling, not at each call."""
+    buffer, reader = ReplyBuffer(str(tmp_path)), ReplyReader()
+    assert reader.attach(0, buffer.pack([(0, b"t")]), b"t")
+    out = [(0, b"a" * (transport.INITIAL_BYTES + 1))]
+    assert reader.unpack(0, buffer.pack(out)) == out and len(buffer.map) == 2 * transport.INITIAL_BYTES
+    buffer.close()
+    reader.close()
+
+
 def test_a_reply_more_than_twice_the_buffer_grows_it_to_fit(tmp_path):
     buffer, reader = ReplyBuffer(str(tmp_path)), ReplyReader()
     assert reader.attach(0, buffer.pack([(0, b"t")]), b"t")
@@ -343,8 +446,9 @@ def mapping(start, name, rss=4, **dirty):
             "".join(f"{key}:{value:>20} kB\n" for key, value in fields.items()))
 
 
-def test_a_mapping_with_shared_dirty_pages_is_not_clean(monkeypatch):
-    smaps(monkeypatch, mapping(0x7f0000000000, "/usr/lib/libtorch_cuda.so", Shared_Dirty=4) +
+@pytest.mark.parametrize("dirty", ["Private_Dirty", "Shared_Dirty"])
+def test_a_mapping_with_dirty_pages_is_not_clean(monkeypatch, dirty):
+    smaps(monkeypatch, mapping(0x7f0000000000, "/usr/lib/libtorch_cuda.so", **{dirty: 4}) +
           mapping(0x7f0000002000, "/usr/lib/libtorch_cuda.so"))
     assert memory.clean_mappings() == [(0x7f0000002000, 0x7f0000003000, 4096)]
 
@@ -355,6 +459,21 @@ def test_the_lines_of_another_mapping_are_not_counted_for_the_gpu_library_before
           mapping(0x7f0000002000, "", rss=64, Anonymous=64, Private_Dirty=64) +
           mapping(0x7f0000004000, "/usr/lib/libc.so.6", rss=8, Private_Dirty=8))
     assert memory.clean_mappings() == [(0x7f0000000000, 0x7f0000001000, 4096)]
+
+
+def test_only_the_pages_madvise_dropped_count_as_released(monkeypatch):
+    """madvise fails (-1) for a range it cannot drop: those pages are still resident, not released."""
+    calls = []
+
+    def madvise(start, length, advice):
+        calls.append((start, length, advice))
+        return 0 if start == 0x7f0000000000 else -1
+
+    monkeypatch.setattr(memory.ctypes, "CDLL", lambda *args, **kwargs: SimpleNamespace(madvise=madvise))
+    smaps(monkeypatch, mapping(0x7f0000000000, "/usr/lib/libtorch_cuda.so", rss=4) +
+          mapping(0x7f0000002000, "/usr/lib/libtorch_cuda.so", rss=8))
+    assert memory.release_gpu_libraries() == 4096
+    assert calls == [(0x7f0000000000, 0x1000, memory.MADV_DONTNEED), (0x7f0000002000, 0x1000, memory.MADV_DONTNEED)]
 
 
 def test_the_import_hook_releases_once_torch_has_loaded_and_then_leaves(monkeypatch):

@@ -1,5 +1,8 @@
 """A worker runs a client step for its clients: whole, or streamed in chunks of messages then its timings."""
+import os
+
 import numpy as np
+import pytest
 from fixtures_workers import attached_workers
 
 from fl.rounds import plain
@@ -52,3 +55,62 @@ def test_a_warm_worker_freezes_once_and_releases_each_last_cell_when_attached_ag
         assert gc.get_freeze_count() <= frozen and any(o is again.model for o in gc.get_objects())
     finally:
         gc.unfreeze()
+
+
+def test_a_worker_attached_again_lets_go_of_the_last_cells_data_before_it_takes_the_next(monkeypatch):
+    """A warm pool's worker never holds two cells' training tensors at once (its peak is one cell's)."""
+    import weakref
+
+    import fl.runtime.worker as worker_module
+    from fl.data import load_dataset
+
+    cfg, plan, [w] = attached_workers(["model=mlp_small", "secagg=none", "fl.num_clients=4",
+                                       "fl.clients_per_round=4"])
+    last = [weakref.ref(w.x), weakref.ref(w.y), weakref.ref(w.model)]
+    held_at_load = []
+
+    def as_tensor(*args, load=worker_module.as_tensor):
+        held_at_load.append([ref() is not None for ref in last])
+        return load(*args)
+
+    monkeypatch.setattr(worker_module, "as_tensor", as_tensor)
+    w.attach(load_dataset(cfg.dataset, cfg.seed), plan)
+    assert held_at_load == [[False, False, False]] * 2
+
+
+def test_a_clients_weight_is_relative_to_the_mean_clients_samples():
+    """fl.rounds.masked weighs a client n / mean_samples: every training sample belongs to one client, so the mean
+    client holds the training set's size over the number of clients."""
+    _, plan, [w] = attached_workers(["model=mlp_small", "secagg=dh", "fl.num_clients=7", "fl.clients_per_round=7",
+                                     "dataset.partition=dirichlet"])
+    sizes = [len(part) for part in w.parts]
+    assert len(sizes) == 7 and sum(sizes) == len(w.y)
+    assert w.mean_samples == pytest.approx(sum(sizes) / 7)
+
+
+def test_a_chunk_ends_with_the_message_that_brings_it_to_chunk_bytes_and_the_next_starts_empty():
+    from fl.server import Broadcaster
+
+    _, plan, workers = attached_workers(["model=mlp_small", "secagg=none", "compression=none", "fl.num_clients=6",
+                                         "fl.clients_per_round=6"], 2)
+    broadcast = Broadcaster(plan).encode(0, np.zeros(plan.length, np.float32))
+    whole = workers[0].run(plain.client_round, broadcast, 0, [0, 1, 2, 3, 4], None, {})[0]
+    sizes = [len(message) for _, message in whole]
+    exact = min(sizes[0] + sizes[1], sizes[2] + sizes[3])  # one of the two pairs fills a chunk exactly
+    assert max(sizes) < exact  # dense updates: one message alone never does
+    items = list(workers[1].stream(plain.client_round, broadcast, 0, [0, 1, 2, 3, 4], None, {}, chunk_bytes=exact))
+    assert [[cid for cid, _ in chunk] for chunk in items[:-1]] == [[0, 1], [2, 3], [4]]
+
+
+def test_a_worker_probed_again_removes_the_buffer_it_opened_before(tmp_path, monkeypatch):
+    """A buffer the driver never mapped still has its name in shared memory: a second probe must not leave it."""
+    from fl.runtime import transport
+    from fl.runtime.worker import Worker
+
+    monkeypatch.setattr(transport.ReplyBuffer.__init__, "__defaults__", (str(tmp_path),))
+    w = Worker("cpu")
+    w.probe_replies(b"first")
+    w.probe_replies(b"second")
+    assert os.listdir(tmp_path) == [os.path.basename(w.replies.path)]
+    w.close_replies()
+    assert os.listdir(tmp_path) == []

@@ -227,7 +227,8 @@ def _shrinking_ray(monkeypatch, cpus: float, starts_after: int):
         started = 0 <= starts_after < state["waits"]
         return (refs, []) if started else ([], refs)
 
-    actor = SimpleNamespace(remote=lambda device, w: SimpleNamespace(attach=SimpleNamespace(remote=lambda *a: f"ref{w}")))
+    actor = SimpleNamespace(remote=lambda device, w: SimpleNamespace(
+        attach=SimpleNamespace(remote=lambda *a: f"ref{w}")))
     fake = SimpleNamespace(is_initialized=lambda: True, cluster_resources=lambda: {"CPU": state["CPU"]},
                            remote=lambda **kw: lambda cls: actor, wait=wait)
     monkeypatch.setitem(sys.modules, "ray", fake)

@@ -358,7 +358,7 @@ def _check_split(name: str, images: np.ndarray, labels: np.ndarray, folder: str,
         problem = f"{len(images)} images but {len(labels)} labels"
     elif not len(labels):
         problem = "no samples"  # else the first evaluation divides by a test split of none
-    elif len(labels) and (labels.min() < 0 or labels.max() >= NUM_CLASSES[name]):
+    elif labels.min() < 0 or labels.max() >= NUM_CLASSES[name]:
         problem = f"labels from {labels.min()} to {labels.max()}, expected 0 to {NUM_CLASSES[name] - 1}"
     if problem:
         raise DatasetNotFoundError(f"dataset={name}: the {split} files under {folder} disagree: {problem}. "

@@ -94,3 +94,9 @@ def test_the_cores_are_those_the_run_may_use_not_the_machines(monkeypatch):
     monkeypatch.setattr(environment.os, "sched_getaffinity", lambda pid: {0}, raising=False)
     described = environment.describe("cpu", "inline", 1, "2")
     assert described["env_cores"] == 1 and ", 1 cores, " in described["env"]
+
+
+def test_a_blank_line_before_the_first_processor_block_is_skipped(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("\nprocessor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: sse4_2\n\nprocessor\t: 1\n")
+    assert environment.cpu_model(info) == "Intel Xeon (SSE4.2)"

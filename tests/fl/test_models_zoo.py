@@ -13,7 +13,8 @@ import fl
 from fl.config import DATASETS, MODELS, ConfigError, validate
 from fl.data import INPUT_SHAPES, load_dataset, load_digits, partition
 from fl.models import MODELS as BUILDABLE
-from fl.models import build_model, check_device, get_flat, num_params, param_table, set_flat
+from fl.models import (BasicBlock, MaxPool2x2, build_model, check_device, get_flat, image_shape, norm_layer,
+                       num_params, param_table, set_flat)
 from fl.training import evaluate, train_local
 
 CUDA = torch.cuda.is_available()
@@ -165,3 +166,36 @@ def test_gpu_round_times_a_round_of_local_training():
     data = synthetic("cifar10", 40)
     seconds, n = time_round("lenet", data, partition(data.y_train, 4, "iid", 0.0, 0), "cpu", batch_size=10)
     assert seconds > 0 and n == 136_886
+
+
+def test_valid_padding_is_the_classic_lenet_with_256_features_into_the_head():
+    """28 -> 24 -> 12 -> 8 -> 4 with 16 channels (NIID-Bench's CNN); 'same' keeps 28 -> 14 -> 7."""
+    valid = build_model(model_cfg("lenet", padding="valid"), (1, 28, 28), 10)
+    same = build_model(model_cfg("lenet"), (1, 28, 28), 10)
+    first = [next(m for m in model.modules() if isinstance(m, torch.nn.Linear)) for model in (valid, same)]
+    assert [f.in_features for f in first] == [16 * 4 * 4, 16 * 7 * 7]
+
+
+def test_group_norm_takes_32_groups_or_the_most_that_divide_the_channels():
+    assert [norm_layer("group", c).num_groups for c in (8, 48, 64, 512)] == [8, 16, 32, 32]
+
+
+def test_a_block_that_widens_at_stride_1_projects_its_input():
+    block = BasicBlock(4, 8, 1, "group")
+    assert block(torch.zeros(2, 4, 6, 6)).shape == (2, 8, 6, 6)
+
+
+def test_the_fast_max_pool_without_autograd_equals_max_pool2d_on_odd_sizes_and_negative_values():
+    for h, w in ((5, 7), (5, 6), (4, 7)):
+        x = -torch.rand(2, 3, h, w) - 1  # every value negative: a padded 0 would win the last row's or column's pools
+        with torch.no_grad():
+            fast = MaxPool2x2()(x)
+        np.testing.assert_array_equal(fast.numpy(), torch.nn.functional.max_pool2d(x, 2, ceil_mode=True).numpy())
+
+
+def test_a_resnet_config_without_a_norm_uses_group_norm_and_a_two_dimensional_input_is_one_channel():
+    cfg = OmegaConf.create({"name": "resnet_small", "channels": [8, 16]})  # no `norm` key: an older config
+    model = build_model(cfg, (8, 8), 10)
+    assert any(isinstance(m, torch.nn.GroupNorm) for m in model.modules())
+    assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())
+    assert image_shape((28, 28)) == (1, 28, 28) and image_shape(64) == (1, 8, 8)

@@ -723,3 +723,23 @@ def test_the_error_feedback_column_says_whether_clients_kept_residuals_not_how_t
         memory = validate(fl.compose([*overrides, "fl.aggregation=memory"]))
         columns = sim.static_columns(memory, Plan.build(memory, [100]), "run", "hash", 1, "torch")
         assert columns["error_feedback"] is False and columns["aggregation"] == "memory"  # memories, not residuals
+
+
+def test_with_eval_every_the_last_round_is_evaluated_too(tmp_path):
+    rows = run(tmp_path, "model=mlp_small", "fl.rounds=4", "fl.eval_every=2", "secagg=none")
+    assert rows["accuracy"].notna().tolist() == [True, False, True, True]
+
+
+def test_a_carried_evaluation_is_shared_out_by_each_workers_training_samples(tmp_path, monkeypatch):
+    """The load a worker's training puts on round r is the last measured seconds per training sample times the
+    samples of its clients: their sum is the last round's t_train, and the split is by samples, not clients."""
+    loads = []
+    carried = sim.CarriedEvaluation
+    monkeypatch.setattr(sim, "CarriedEvaluation", lambda ev, w, load: (loads.append(load), carried(ev, w, load))[1])
+    rows = run(tmp_path, "model=mlp_small", "fl.rounds=4", "secagg=none", "dataset.partition=dirichlet",
+               "fl.num_clients=4", "fl.clients_per_round=4", "ray.num_workers=2")
+    samples = pd.read_csv(next(tmp_path.rglob("partitions.csv")), index_col=0)["samples"].to_numpy()
+    assert loads and samples[[0, 2]].sum() != samples[[1, 3]].sum()
+    last = loads[-1]  # round 3 carries round 2's evaluation, timed by round 2's training
+    assert sorted(last) == [0, 1] and sum(last.values()) == pytest.approx(rows["t_train"].iloc[2], rel=1e-6)
+    assert last[0] / last[1] == pytest.approx(samples[[0, 2]].sum() / samples[[1, 3]].sum(), rel=1e-6)

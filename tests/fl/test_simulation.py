@@ -743,3 +743,21 @@ def test_a_carried_evaluation_is_shared_out_by_each_workers_training_samples(tmp
     last = loads[-1]  # round 3 carries round 2's evaluation, timed by round 2's training
     assert sorted(last) == [0, 1] and sum(last.values()) == pytest.approx(rows["t_train"].iloc[2], rel=1e-6)
     assert last[0] / last[1] == pytest.approx(samples[[0, 2]].sum() / samples[[1, 3]].sum(), rel=1e-6)
+
+
+def test_done_json_gives_the_last_rounds_accuracy_and_a_masked_rows_per_client_bytes_include_the_protocol(tmp_path):
+    rows = run(tmp_path, "model=mlp_small", "fl.rounds=3", "secagg=dh", "fl.num_clients=4", "fl.clients_per_round=4")
+    done = json.loads(next(tmp_path.rglob("done.json")).read_text())
+    assert done["final_accuracy"] == rows["accuracy"].iloc[-1] != rows["accuracy"].iloc[0]
+    assert (rows["bytes_up_protocol"] > 0).all()
+    np.testing.assert_allclose(rows["bytes_up_per_client"] * 4, rows["bytes_up"])
+
+
+def test_residuals_just_over_the_available_memory_are_warned_and_just_under_are_not(monkeypatch, capsys):
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(memory=False, residual_dtype="float32")
+    for free, warned in ((7999, True), (8000, False)):
+        monkeypatch.setattr(sim, "available_memory", lambda free=free: free)
+        sim.announce_residuals(plan, 8000, 4000, 2, local=True)
+        assert ("more than the" in capsys.readouterr().err) == warned

@@ -4,8 +4,8 @@ The session id (secagg/round.py) salts every key derivation, so a seed (and ther
 round can never cancel against a mask from another round, cohort, configuration or run, and a share
 ciphertext from one round never decrypts in another.
 
-Public keys are checked before use (`key_problem`, then `key_class`): a non-canonical encoding (bit 255 set, or u >= p) is
-another byte form of a key that passes a byte-wise duplicate check, and a low-order point makes the
+Public keys are checked before use (`key_problem`, then `key_class`): a non-canonical encoding (bit 255 set, or
+u >= p) is another byte form of a key that passes a byte-wise duplicate check, and a low-order point makes the
 agreement all zeros; cryptography raises on the latter, so an exchange against any key tells. A canonical
 key plus a low-order point is a third form (X25519 clamps private keys to multiples of 8, so every agreement
 with it is the key's own): `key_class` gives both forms the same value, so duplicates are compared by class.

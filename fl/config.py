@@ -80,9 +80,9 @@ class CompressionConfig:
     sketch_rows: int = 1
     sketch_cols_per_k: float = 2.0  # sketch columns as a multiple of k
     prev_topk_random: float = 0.1   # prev_topk: share of k drawn at random
-    fresh_summary: str = "marginals"  # fresh: what clients mask first: marginals (row and column energies) | blocks
-                                      # | sketch | exact | energy (bounds, dense uploads: the update itself,
-                                      # its squares)
+    # fresh: what clients mask first: marginals (row and column energies) | blocks | sketch | exact | energy
+    # (bounds, dense uploads: the update itself, its squares)
+    fresh_summary: str = "marginals"
     block_size: int = 64            # fresh with blocks: entries per block
     sketch_quant_bits: Optional[int] = None  # fresh: bits of the masked summary's cells (null: secagg.quant_bits)
     residual_dtype: str = "float32"  # float32 | float16: storage of error-feedback residuals between rounds
@@ -213,6 +213,19 @@ def _has_layers(codec: str) -> bool:
 
 def validate(cfg: DictConfig | Config) -> DictConfig:
     """Refuse a configuration before any work: returns the typed config with canonical protocol names."""
+    c = _typed(cfg)
+    _check_names(c)
+    _check_run(c)
+    _check_dataset(c)
+    _check_model(c)
+    _check_runtime(c)
+    _check_fl(c)
+    _check_secagg(c, _check_compression(c))
+    return canonical_settings(c)
+
+
+def _typed(cfg: DictConfig | Config) -> DictConfig:
+    """The config merged into the schema: unknown keys and wrong types refused, switches given as themselves."""
     schema = OmegaConf.structured(Config)
     OmegaConf.set_struct(schema, True)
     OmegaConf.set_struct(schema.compression.options, False)  # codec options: checked by the codec itself
@@ -228,7 +241,11 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         node = functools.reduce(lambda d, k: d.get(k) if isinstance(d, dict) else None, sections, given)
         if isinstance(node, dict) and name in node:
             check_switch(key, node[name])
-    c = typed
+    return typed
+
+
+def _check_names(c) -> None:
+    """Protocol names (made canonical here) and the compression ratio."""
     try:
         c.compression.name = compression.canonical(c.compression.name)
         c.secagg.name = secagg.canonical(c.secagg.name)
@@ -237,6 +254,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     r = c.compression.ratio
     if not (isinstance(r, (int, float)) and math.isfinite(r) and 0 < r <= 1):
         raise ConfigError(f"compression.ratio must be in (0, 1], got {r}")
+
+
+def _check_run(c) -> None:
+    """Where the run executes and where its rows go."""
     if c.backend not in ("ray", "inline"):
         raise ConfigError(f"backend must be 'ray' or 'inline', got {c.backend!r}")
     if c.backend == "ray" and compression.get(c.compression.name).__module__ == "__main__":  # Ray ships such a class
@@ -255,6 +276,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         if path.startswith("~"):
             raise ConfigError(f"{key}={path} is not expanded (it names a folder '~' in the working directory): "
                               "write the path out, e.g. $HOME/...")
+
+
+def _check_dataset(c) -> None:
+    """The dataset, its split and partition, and (unless downloaded) its files."""
     if not 0 < c.dataset.test_fraction < 1:
         raise ConfigError(f"dataset.test_fraction must be in (0, 1), got {c.dataset.test_fraction}")
     if c.dataset.name not in DATASETS:
@@ -277,6 +302,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             raise ConfigError(f"dataset.{key} must be >= 1 or null (all), got {getattr(c.dataset, key)}")
     if not c.dataset.download:  # missing files are refused here, in one line (DatasetNotFoundError is a ConfigError)
         check_files(c.dataset.name, c.dataset.root, c.dataset.system_dirs)
+
+
+def _check_model(c) -> None:
+    """The model and the shapes its stages need from the dataset."""
     if c.model.name not in MODELS:
         raise ConfigError(f"unknown model {c.model.name!r}; available: {', '.join(MODELS)}")
     if any(w < 1 for w in c.model.hidden) or any(w < 1 for w in c.model.channels):
@@ -289,6 +318,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if c.model.norm not in ("group", "batch"):
         raise ConfigError(f"model.norm must be 'group' or 'batch', got {c.model.norm!r}")
     check_feature_maps(c.model, c.dataset.name)
+
+
+def _check_runtime(c) -> None:
+    """The device and the Ray workers' resources."""
     if c.device != "cpu":  # any other device is checked with torch, slow to import
         from fl.models import check_device
 
@@ -298,7 +331,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             raise ConfigError(str(err)) from None
     if c.ray.address not in (None, "", "auto") and not RAY_ADDRESS.fullmatch(str(c.ray.address)):
         raise ConfigError(f"ray.address must be null (start a local Ray), auto (join the cluster this machine is in) "
-                          f"or host:port (ray://host:port for Ray Client, or another client's scheme://), got {c.ray.address!r}")
+                          f"or host:port (ray://host:port for Ray Client, or another client's scheme://), got "
+                          f"{c.ray.address!r}")
     if c.ray.num_workers is not None and c.ray.num_workers < 1:
         raise ConfigError(f"ray.num_workers must be >= 1 or null (one per CPU core), got {c.ray.num_workers}")
     if not 0 < c.ray.num_cpus_per_worker < math.inf or not 0 <= c.ray.num_gpus_per_worker < math.inf:
@@ -310,9 +344,10 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     if c.device.startswith("cuda") and c.backend == "ray" and not c.ray.num_gpus_per_worker > 0:
         raise ConfigError("device=cuda with backend=ray needs ray.num_gpus_per_worker > 0 (e.g. 0.25: four workers "
                           "share one GPU); Ray hides the GPUs from actors that reserve none")
-    if c.compression.index_policy not in INDEX_POLICIES:
-        raise ConfigError(
-            f"unknown compression.index_policy {c.compression.index_policy!r}; available: {', '.join(INDEX_POLICIES)}")
+
+
+def _check_fl(c) -> None:
+    """The rounds: cohort, local training, the server's step and aggregation."""
     f = c.fl
     if f.num_clients < 1 or not 1 <= f.clients_per_round <= f.num_clients:
         raise ConfigError(
@@ -332,6 +367,15 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
     bound = f.get("max_update_norm")
     if bound is not None and not 0 < bound < math.inf:
         raise ConfigError(f"fl.max_update_norm must be > 0 and finite (or null: no clipping), got {bound}")
+
+
+def _check_compression(c):
+    """The codec and its options, alone and beside masking and aggregation; returns the codec
+    (built with the run's ratio and options)."""
+    f = c.fl
+    if c.compression.index_policy not in INDEX_POLICIES:
+        raise ConfigError(
+            f"unknown compression.index_policy {c.compression.index_policy!r}; available: {', '.join(INDEX_POLICIES)}")
     per_layer = c.compression.per_layer and c.compression.name != "none"
     if per_layer and not _has_layers(c.compression.name):
         layered = [n for n in compression.names() if _has_layers(n)]
@@ -385,7 +429,8 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
         raise ConfigError(f"compression {c.compression.name!r} is linear (masked as a table) but has no "
                           f"{', '.join(missing)}: see docs/adding_a_codec.md, 'Under masking'")
     if c.compression.residual_dtype not in ("float32", "float16"):
-        raise ConfigError(f"compression.residual_dtype must be float32 or float16, got {c.compression.residual_dtype!r}")
+        raise ConfigError(f"compression.residual_dtype must be float32 or float16, got "
+                          f"{c.compression.residual_dtype!r}")
     if c.compression.sketch_rows < 1 or not 0 < c.compression.sketch_cols_per_k < math.inf:
         raise ConfigError(f"compression.sketch_rows must be >= 1 and sketch_cols_per_k > 0 and finite, got "
                           f"{c.compression.sketch_rows} and {c.compression.sketch_cols_per_k}")
@@ -397,7 +442,17 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
                           f"{c.compression.fresh_summary!r} and {c.compression.block_size}")
     sq = c.compression.sketch_quant_bits
     if sq is not None and not 2 <= sq <= secagg.MAX_FIELD_BITS - 1:
-        raise ConfigError(f"compression.sketch_quant_bits must be in [2, {secagg.MAX_FIELD_BITS - 1}] or null, got {sq}")
+        raise ConfigError(f"compression.sketch_quant_bits must be in [2, {secagg.MAX_FIELD_BITS - 1}] or null, "
+                          f"got {sq}")
+    return codec
+
+
+def _check_secagg(c, codec) -> None:
+    """Masking: the cohort, the field widths and scales the masked parts need, threshold and degree."""
+    f = c.fl
+    uploads = c.compression.client and c.compression.name != "none"
+    linear = uploads and getattr(codec, "linear", False)
+    sq = c.compression.sketch_quant_bits
     if not 0 <= c.secagg.dropout < 1:  # every protocol: a plain round's clients vanish before their upload
         raise ConfigError(f"secagg.dropout must be in [0, 1), got {c.secagg.dropout}")
     if secagg.get(c.secagg.name).masks:
@@ -441,7 +496,6 @@ def validate(cfg: DictConfig | Config) -> DictConfig:
             keys = ", ".join(f"secagg.{k}={'null' if v is None else v}" for k, v in
                              (("neighbours", c.secagg.neighbours), ("threshold", c.secagg.threshold)))
             raise ConfigError(f"{keys} with {f.clients_per_round} clients a round: {err}") from None
-    return canonical_settings(typed)
 
 
 def check_weights(c, samples, total: int) -> None:

@@ -103,21 +103,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             t_round = time.perf_counter()
             row = dict(static, round=r, rejected=0, clipped=0, aborted=False, dropped=0,
                        t_setup=t_setup if r == 0 else 0.0)
-            revived = pool.revive()
-            server.forget(revived)  # a dead worker is replaced; its clients' state is lost, as on a device
-            if revived:  # in done.json: these rows are not an undisturbed run's
-                timeline.setdefault("workers_replaced", []).append([r, revived])
-            row["state_lost_bytes"] = sum(held.pop(w, 0) for w in revived)
-            if row["state_lost_bytes"]:
-                tqdm.write(f"round {r}: worker(s) {revived} died and were replaced: their clients' state "
-                           f"({row['state_lost_bytes']} bytes of residuals, as last reported) is lost")
-            if revived and server.memory is not None and server.memory.weight > 0:
-                forget_memories(server, pool, size)
-                row["state_lost_bytes"] += sum(held.values())  # every worker's memories, not only the dead one's
-                held.update(dict.fromkeys(held, 0))
-                timeline.setdefault("memory_resets", []).append(r)
-                tqdm.write(f"round {r}: fl.aggregation=memory: the server's sum of memories held the lost clients' "
-                           "memories, so it and every client's memory start again from none")
+            row["state_lost_bytes"] = replace_dead_workers(pool, server, size, r, held, timeline)
             stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0)  # the column is in every row
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
@@ -167,6 +153,28 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     finally:
         log.close()
     return finish(log, rows, timeline)
+
+
+def replace_dead_workers(pool, server, size: int, r: int, held: dict[int, int], timeline: dict) -> int:
+    """Replace the workers that died before round `r`; returns the bytes of client state lost with them (as their
+    workers last reported it in `held`). Their clients' state is lost, as on a device; under fl.aggregation=memory
+    every client's, as the server's sum held the lost memories."""
+    revived = pool.revive()
+    server.forget(revived)
+    if revived:  # in done.json: these rows are not an undisturbed run's
+        timeline.setdefault("workers_replaced", []).append([r, revived])
+    lost = sum(held.pop(w, 0) for w in revived)
+    if lost:
+        tqdm.write(f"round {r}: worker(s) {revived} died and were replaced: their clients' state "
+                   f"({lost} bytes of residuals, as last reported) is lost")
+    if revived and server.memory is not None and server.memory.weight > 0:
+        forget_memories(server, pool, size)
+        lost += sum(held.values())  # every worker's memories, not only the dead one's
+        held.update(dict.fromkeys(held, 0))
+        timeline.setdefault("memory_resets", []).append(r)
+        tqdm.write(f"round {r}: fl.aggregation=memory: the server's sum of memories held the lost clients' "
+                   "memories, so it and every client's memory start again from none")
+    return lost
 
 
 def forget_memories(server, pool, size: int) -> None:

@@ -139,6 +139,7 @@ def command_seconds(cell: dict, rounds: int, reps: int = 9) -> tuple[float, floa
 
 def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
     import fl
+    from fl.seeds import cohort
 
     n = cell["clients"]
     overrides = overrides_for(cell, rounds, results_dir)
@@ -149,7 +150,9 @@ def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
     steady = rows.iloc[1:] if len(rows) > 1 else rows
     round_s = float(steady["t_round"].median())
     train_s = float((steady["t_train"] / workers).median())
-    with_state = n if cell["compression"] != "none" else 0
+    seed, per_round = int(rows["seed"].iloc[0]), cell.get("clients_per_round", n)
+    sampled = set().union(*(cohort(seed, r, n, per_round) for r in range(len(rows))))
+    with_state = len(sampled) if cell["compression"] != "none" else 0  # clients that kept a residual
     median = lambda *columns, per=1: float(sum(steady[c].fillna(0) for c in columns if c in steady).median() / per)  # noqa: E731
     server_s = median("t_broadcast", "t_aggregate", "t_unmask", "t_decode")
     # evaluation after the round, plus a worker's share of an evaluation carried by the next round's training
@@ -221,7 +224,8 @@ def main(argv=None) -> pd.DataFrame:
           f"{load[0]:.1f} at the start, {os.getloadavg()[0]:.1f} at the end: other jobs share this machine, so "
           "expect about ±20% between runs.", "",
           __doc__.split("\n\n", 2)[2].strip(), "", *goals(table), *sweep_goals(single, sweeps), "",
-          table.drop(columns=["round_times", "keep_rounds"], errors="ignore").to_markdown(index=False, floatfmt=".3f"), "", *single_run_lines(single), "",
+          table.drop(columns=["round_times", "keep_rounds"], errors="ignore").to_markdown(index=False, floatfmt=".3f"),
+          "", *single_run_lines(single), "",
           *sweep_lines(sweeps, args.quick)]
     with together(table_file(out, ".csv"), table_file(out, "_sweeps.csv"), table_file(out, ".md")) as files:
         table.to_csv(files[0], index=False)  # written last, with the rest: a run stopped mid-way replaces nothing
@@ -367,8 +371,8 @@ def goals(table: pd.DataFrame) -> list[str]:
     if n10 is not None and "command_s" in n10 and pd.notna(n10.command_s):
         lines.append(f"| N = 10, 5 rounds, Ray start included: <= 8 s wall | `python simulate.py` start to exit "
                      f"{n10.command_s:.1f} s (median of 9, {n10.command_min_s:.1f}-{n10.command_max_s:.1f} s; "
-                     f"fl.run alone {n10.run_s:.1f} s in one cold process of its own, not one of the 9, of which Ray start "
-                     f"and worker start-up {n10.first_round_s:.1f} s to the end of round 1) | "
+                     f"fl.run alone {n10.run_s:.1f} s in one cold process of its own, not one of the 9, of which "
+                     f"Ray start and worker start-up {n10.first_round_s:.1f} s to the end of round 1) | "
                      f"{verdict(n10.command_s <= 8)} |")
     return lines
 

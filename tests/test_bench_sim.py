@@ -53,7 +53,8 @@ def test_the_fashion_mnist_rows_parts_and_overhead_share_are_taken_against_the_r
         row = table[table.extra == FMNIST_EVAL["extra"] + FMNIST_RUNS[name]].iloc[0]
         assert row.round_s == pytest.approx(1.2) and row.evaluate_s == pytest.approx(0.2)
         assert row.overhead_share == pytest.approx(1 - 0.8 / 1.2)
-        assert row.train_s + row.server_s + row.client_work_s + row.evaluate_s + row.rest_s == pytest.approx(row.round_s)
+        parts = row.train_s + row.server_s + row.client_work_s + row.evaluate_s + row.rest_s
+        assert parts == pytest.approx(row.round_s)
 
 
 def test_a_plain_cells_parts_of_a_round_are_numbers(tmp_path, ray_session):
@@ -104,7 +105,7 @@ def test_a_cells_figures_are_taken_from_its_rows_as_the_docstring_defines_them(m
                          "t_aggregate": [0, 0.1, 0.1], "t_unmask": nan, "t_decode": [0, 0, 0.2],
                          "t_evaluate": [0.5, 0.2, 0.4], "t_evaluate_carried": [0, 0.2, 0], "t_sync": 0.2,
                          "t_encode": [0.2, 0.2, 0.4], "t_mask": nan, "driver_peak_mb": [100.0, 120.0, 110.0],
-                         "worker_peak_mb": [50.0, 60.0, 55.0], "state_bytes": [0, 1e6, 2e6]})
+                         "worker_peak_mb": [50.0, 60.0, 55.0], "state_bytes": [0, 1e6, 2e6], "seed": 0})
     monkeypatch.setattr(fl, "compose", lambda overrides: overrides)
     monkeypatch.setattr(fl, "run", lambda cfg: rows)
     out = run_cell({"clients": 4, "model": "mlp_small", "secagg": "none", "compression": "topk", "seed": 0}, 3, "x")
@@ -113,6 +114,28 @@ def test_a_cells_figures_are_taken_from_its_rows_as_the_docstring_defines_them(m
                 "first_round_s": 15.0, "driver_peak_mb": 120.0, "worker_peak_mb": 60.0, "peak_mb": 240.0,
                 "state_mb_per_client": 0.5, "accuracy": 0.6, "n_params": 100}
     assert {key: out[key] for key in expected} == pytest.approx(expected)
+
+
+def test_state_per_client_divides_by_the_clients_sampled_under_partial_participation(monkeypatch):
+    """2 of 100 clients a round for 3 rounds: at most 6 clients ever kept a residual, not 100."""
+    import fl
+    import pandas as pd
+
+    from experiments.bench_sim import run_cell
+    from fl.seeds import cohort
+
+    rows = pd.DataFrame({"num_workers": 2, "n_params": 100, "accuracy": 0.5, "t_setup": 0.0, "t_round": 1.0,
+                         "t_train": 0.5, "t_evaluate": 0.1, "t_broadcast": 0.1, "t_sync": 0.1,
+                         "driver_peak_mb": 100.0, "worker_peak_mb": 50.0, "state_bytes": [0, 2e6, 3e6], "seed": 7},
+                        index=range(3))
+    monkeypatch.setattr(fl, "compose", lambda overrides: overrides)
+    monkeypatch.setattr(fl, "run", lambda cfg: rows)
+    cell = {"clients": 100, "clients_per_round": 2, "model": "mlp_small", "secagg": "none", "compression": "topk",
+            "seed": 7}
+    sampled = set().union(*(cohort(7, r, 100, 2) for r in range(3)))
+    assert 2 <= len(sampled) <= 6
+    assert run_cell(cell, 3, "x")["state_mb_per_client"] == pytest.approx(3.0 / len(sampled))
+    assert run_cell(dict(cell, compression="none"), 3, "x")["state_mb_per_client"] == 0.0
 
 
 def test_the_goals_are_judged_on_the_figures_they_name():

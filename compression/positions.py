@@ -59,6 +59,7 @@ BITMAP, VARINT, UINT16, RICE = 0, 1, 2, 3
 ENCODING_NAMES = ("bitmap", "varint", "uint16", "rice")
 BLOCK = 1 << 16
 
+
 def _uint16_counts(positions: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(positions >> 16, minlength=(n + BLOCK - 1) // BLOCK)
 

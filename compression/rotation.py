@@ -16,7 +16,8 @@ import struct
 
 import numpy as np
 
-from .base import Codec, DecodeError, check_length, check_payload_length, check_seed, check_vector, input_seed, read_header
+from .base import (Codec, DecodeError, check_length, check_payload_length, check_seed, check_vector, input_seed,
+                   read_header)
 from .packing import check_encodable_length, check_total, pack_codes, packed_size, unpack_codes
 from .registry import register
 

@@ -75,7 +75,8 @@ class TernaryCompression(Codec):
         layer = _layer_of(positions, sizes)
         zero = kept == 0  # kept only where k exceeds a tensor's nonzeros: sent, they would decode to +mu
         if zero.any() and not zero.all():
-            live = ~zero | (np.bincount(layer, weights=~zero, minlength=sizes.size) == 0)[layer]  # a tensor of zeros: mu 0
+            # a tensor of zeros: mu 0
+            live = ~zero | (np.bincount(layer, weights=~zero, minlength=sizes.size) == 0)[layer]
             mask[positions[~live]] = False
             positions, kept, layer = positions[live], kept[live], layer[live]
         counts = np.bincount(layer, minlength=sizes.size)

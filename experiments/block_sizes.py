@@ -28,7 +28,8 @@ def settings(partitions, ratio):
         yield f"{partition}: masked, marginals (the default), 16-bit summary", [*base, "secagg=dh",
                                                                                  f"compression.ratio={ratio}"]
         for block, bits, feedback in BLOCKS:
-            label = f"{partition}: masked, blocks of {block}, {bits or 16}-bit summary" + ("" if feedback else ", no EF")
+            label = f"{partition}: masked, blocks of {block}, {bits or 16}-bit summary" + \
+                ("" if feedback else ", no EF")
             yield label, [*base, "secagg=dh", f"compression.ratio={ratio}", "compression.fresh_summary=blocks",
                           f"compression.block_size={block}",
                           *([f"compression.sketch_quant_bits={bits}"] if bits else []),
@@ -51,14 +52,16 @@ def main(argv=None):
     check_target(table_file(args.out, ".md"), command, args.force)
     runs = run_grid(settings(args.partitions, args.ratio), args.seeds, args.backend, args.runs_dir)
     table = summarize(runs)
-    print(write(table, args.out, "Masked top-k on Fashion-MNIST against its `fresh` summary: blocks of each size, and marginals",
+    print(write(table, args.out,
+                "Masked top-k on Fashion-MNIST against its `fresh` summary: blocks of each size, and marginals",
                 command,
                 "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 rounds, "
                 f"ratio {args.ratio}, client and server top-k, `dh` masking with the `fresh` index set: a first masked "
                 "exchange of each client's block energies (sums of squares of its error-corrected update per block "
                 "of consecutive entries, quantized to the stated bits), the heaviest blocks taken whole as the "
                 "round's k positions, or of its marginals (the energies of each weight tensor's rows and columns), "
-                "the k entries of largest estimated energy; a second masked exchange of the values there. Final accuracy, mean ± std over "
+                "the k entries of largest estimated energy; a second masked exchange of the values there. Final "
+                "accuracy, mean ± std over "
                 f"seeds {', '.join(map(str, args.seeds))} (the last round of a 2-class-shards run moves by several "
                 "points from round to round); bytes are run totals counted from the serialized messages."))
     return table

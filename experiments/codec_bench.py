@@ -194,7 +194,8 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.2f}"
 
 
-ORDER = ["floor", "topk", "topk[exact]", "topk[per-layer]", "randk", "ternary", "countsketch", "qsgd", "int8", "fp16", "none"]
+ORDER = ["floor", "topk", "topk[exact]", "topk[per-layer]", "randk", "ternary", "countsketch", "qsgd", "int8", "fp16",
+         "none"]
 
 
 def stage_table(df: pd.DataFrame, workload: str) -> str:

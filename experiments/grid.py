@@ -75,7 +75,7 @@ def write(table: pd.DataFrame, out: str, title: str, command: str, description: 
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [f"# {title}", "", f"Regenerate: `{command}`", "", description, "",
              "| setting | codec | ratio | secagg | positions | seeds | accuracy | Δ vs dense | upload MB "
-             "| upload vs dense | download MB | s / round | host |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| upload vs dense | download MB | s / round | host |", "|---" * 13 + "|"]
     tag = hosts.letters(table["hosts"])
     for r in table.itertuples():
         lines.append(f"| {r.setting} | {r.compression} | {r.ratio:g} | {r.secagg} | {r.policy_ran} | {r.seeds} "

@@ -237,7 +237,8 @@ def main(argv=None):
     out.parent.mkdir(parents=True, exist_ok=True)
     lines = ["# Which k positions keep a cohort's summed update", "",
              f"Regenerate: `{command}`", "",
-             f"Fashion-MNIST, lenet, 100 clients / 10 a round, dense FedAvg (1 local epoch, lr 0.1), k = ceil({args.ratio:g} n) "
+             "Fashion-MNIST, lenet, 100 clients / 10 a round, dense FedAvg (1 local epoch, lr 0.1), "
+             f"k = ceil({args.ratio:g} n) "
              f"of 107,786; relative error |U - U_hat|^2 / |U|^2 of each approximation of the cohort's summed update U, "
              f"one round at a time without error feedback, mean over rounds {', '.join(map(str, MEASURED))}, seed "
              f"{args.seed}. Shared sets keep U at k positions; per-client top-k sums each client's own k. Movement "

@@ -4,8 +4,8 @@
         [--label DIR=NAME ...] [--link UP,DOWN,RTT ...]
 
 Reads every `<dir>/**/rounds.csv` of a finished run (one with a done.json beside it that matches its rows); runs
-that have rows but never finished are listed as incomplete, not silently dropped. `--label DIR=NAME` names the data of the
-runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`). `--link 10,50,50` adds
+that have rows but never finished are listed as incomplete, not silently dropped. `--label DIR=NAME` names the data of
+the runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`). `--link 10,50,50` adds
 the seconds a client would spend on the wire per round over a link of 10 Mbit/s up, 50 down and a 50 ms round trip
 (a model applied to the counted bytes and the round's exchanges, not a measurement). Writes under --out:
 topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, accuracy_vs_round.png, time_breakdown.png.
@@ -46,6 +46,8 @@ CONDITIONS = ("secagg.dropout",)  # under secagg, but what the clients do, maske
 
 def _under(key: str, prefixes: tuple[str, ...]) -> bool:
     return key.startswith(prefixes) and key not in CONDITIONS
+
+
 BASELINE = ["env", "dataset", "partition", "model"]
 # what a key meant in a config.json written before the key existed
 BEFORE_KEYS = {f"{group}.{key}": json.dumps(value) for (group, key), value in RESULTS_NEUTRAL.items()}
@@ -476,7 +478,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits "
               f"{'| other settings ' if others else ''}| seeds | accuracy "
               f"| last {LAST} | Δ vs dense "
-              "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s | host "
+              "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
+              "| host "
               f"| rounds to {target} | upload to {target} |"
               + "".join(f" wire s, {link_name(k)} |" for k in links) + (" round trips |" if links else "")
               + (" dropped / round | rejected / round | clipped / round | aborted rounds |" if lost else ""))
@@ -502,7 +505,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
     if len(envs) > 1:
         lines += ["", "## Environments compared (seconds per round)", "", _environments_compared(t)]
     if incomplete:
-        lines += ["", "## Incomplete runs (rows without a done.json that matches them: crashed, killed, cut short or still running)", ""]
+        lines += ["", "## Incomplete runs (rows without a done.json that matches them: crashed, killed, cut short or "
+                  "still running)", ""]
         for p in incomplete:
             # the latest attempt's error: an earlier one may have been fixed since
             failed = sorted(p.parent.glob("failed-*.txt"), key=lambda f: (f.stat().st_mtime, f.name))

@@ -34,7 +34,8 @@ def run(cfg, keep_warm: bool = False) -> pd.DataFrame:
         log.claim()  # RunInProgress if another process is running it into this folder
     try:
         if log.finished():  # checked again once claimed: another process may have just finished it
-            print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete its folder to rerun)")
+            print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete its folder "
+                  "to rerun)")
             return log.read()
         return _run(cfg, cfg_dict, chash, log, keep_warm)
     finally:

@@ -141,7 +141,9 @@ class Plan:
         if self.policy_args is not None:
             return self.index_policy().name
         if self.linear is not None:
-            return "sketch-codec (server top-k)" if hasattr(self.linear, "hashes") else f"{self.linear.name}-codec (dense)"
+            if hasattr(self.linear, "hashes"):
+                return "sketch-codec (server top-k)"
+            return f"{self.linear.name}-codec (dense)"
         return "per-client" if self.client_codec.name != "none" else "dense"
 
 

@@ -207,7 +207,8 @@ class Server:
             self.step(self.weights, values, self.positions)
         self._check_finite()
         sketch = self.policy.sketch(r)
-        self.policy.observe(r, self.positions, values, None if cells is None else cells.reshape(sketch.rows, sketch.cols))
+        table = None if cells is None else cells.reshape(sketch.rows, sketch.cols)
+        self.policy.observe(r, self.positions, values, table)
 
     def aborted(self, r: int) -> None:
         self.aborted_rounds.append(r)

@@ -2,8 +2,8 @@
 
 Protocols (registry names): `dh` (alias `DHProtocol`) is Bonawitz et al. (CCS 2017) double masking with
 Shamir-shared self-mask seeds and mask keys over the full graph; `secaggplus` (alias `SecAggPlusProtocol`)
-is the same over a randomly relabelled k-regular (Harary) graph of logarithmic degree drawn from the key roster (Bell et al. 2020);
-`none` does not mask. A round: `config = make_round('dh', session, cohort, length)` with
+is the same over a randomly relabelled k-regular (Harary) graph of logarithmic degree drawn from the key roster
+(Bell et al. 2020); `none` does not mask. A round: `config = make_round('dh', session, cohort, length)` with
 `session = session_id(run, round, cohort, protocol='dh', length=length, nonce=server_nonce)`, then
 `Client(config, id)` / `Server(config)` through advertise keys -> share keys -> masked input -> unmask.
 

@@ -44,4 +44,3 @@ def _check_config(config: object) -> RoundConfig:
     if not isinstance(config, RoundConfig):
         raise TypeError(f"expected a secagg.RoundConfig, got {type(config).__name__} (see secagg.make_round)")
     return config
-

@@ -6,7 +6,8 @@ message, so a message from another round, cohort, configuration or run (another 
 
 Graph. `degree=None` is the full graph of Bonawitz et al. (CCS 2017): every client masks with and shares
 its secrets among all others. A degree k gives SecAgg+ (Bell et al. 2020): a relabelled Harary graph
-drawn, once the keys are in, from the key roster (not the session: see docs/secagg.md, Graph) (`RoundConfig.graph`, secagg/graph.py).
+drawn, once the keys are in, from the key roster (not the session: see docs/secagg.md, Graph) (`RoundConfig.graph`,
+secagg/graph.py).
 Each client then masks with and shares among its k neighbours only, and the threshold t counts shares
 within one neighbourhood of k + 1 (self included).
 

@@ -4,8 +4,8 @@ Each client masks with, and Shamir-shares b_u and s_sk_u among, only its k neigh
 graph over the key roster (RoundConfig.graph: the Harary graph H(k, m), a ring, relabelled by a PRG keyed
 by every advertised key, so nobody knows it before fresh keys are in, and every party derives
 the same graph from the roster with no extra message). The default degree is the smallest even
-k >= 2 ceil(log2 n), capped at n - 1, and the threshold t = (k + 1) // 2 + 1 (k // 2 + 1 for even k) counts shares among the k + 1
-holders of a secret (the owner included). Client and server work per client drop from O(n) to O(k) =
+k >= 2 ceil(log2 n), capped at n - 1, and the threshold t = (k + 1) // 2 + 1 (k // 2 + 1 for even k) counts shares
+among the k + 1 holders of a secret (the owner included). Client and server work per client drop from O(n) to O(k) =
 O(log n) key agreements and mask expansions.
 
 Privacy holds only while the survivors stay connected in the graph: masks between two survivors cancel

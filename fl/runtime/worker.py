@@ -39,6 +39,7 @@ release_gpu_libraries()
 
 _frozen = False  # whether this process's long-lived objects were frozen (gc.freeze, at a worker's first attach)
 
+
 class Worker:
     """Created before the data exists (so a Ray worker imports torch while the driver loads the data),
     then `attach`ed to the run's dataset, loaded once by the driver and shared read-only, and its plan."""
@@ -101,7 +102,8 @@ class Worker:
         parameter sizes and shapes (flat-vector order), its flat weights and this torch's version."""
         torch.manual_seed(seed)
         model = flatten_parameters(build_model(model_cfg, input_shape, num_classes).to(device))
-        return {"sizes": [q.numel() for q in model.parameters()], "shapes": [tuple(q.shape) for q in model.parameters()],
+        return {"sizes": [q.numel() for q in model.parameters()],
+                "shapes": [tuple(q.shape) for q in model.parameters()],
                 "weights": get_flat(model),
                 "torch": str(torch.__version__)}  # a plain str: a TorchVersion would import torch
 

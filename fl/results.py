@@ -289,19 +289,18 @@ def _done_run_id(path: Path) -> str | None:
     return run_id if isinstance(run_id, str) and run_id.isalnum() else None
 
 
-def _held(lock: Path) -> bool:
-    """Whether a process holds this run folder's lock now."""
-    try:
-        fd = os.open(lock, os.O_RDWR)
-    except FileNotFoundError:
-        return False
+def _hold(lock: Path) -> int | None:
+    """This run folder's lock, taken (its descriptor; the caller removes the file, then closes it, as
+    `RunLog.release` does), or None while another process holds it."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
     except BlockingIOError:
-        return True
-    finally:
         os.close(fd)
+        return None
+    os.ftruncate(fd, 0)  # a run refused meanwhile names this process as the holder
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, renaming the folder to its current hash".encode())
+    return fd
 
 
 def rehash(root: str | Path) -> list[tuple[str, str]]:
@@ -326,13 +325,20 @@ def rehash(root: str | Path) -> list[tuple[str, str]]:
         if new_dir.exists():
             print(f"fedsqueeze: {old_dir} repeats the run in {new_dir}; left as it is")
             continue
-        if _held(old_dir / LOCK_NAME):
+        lock = _hold(old_dir / LOCK_NAME)  # held while rows are rewritten and the folder renamed: a run is refused
+        if lock is None:
             print(f"fedsqueeze: {old_dir} is being run; left as it is (rename it once the run has ended)")
             continue
-        for rows in old_dir.glob("rounds*.csv"):  # as bytes: rows kept aside may be damaged, and are kept as they are
-            write_atomic(rows, rows.read_bytes().replace(f",{old_dir.name},".encode(), f",{new},".encode()))
-        old_dir.rename(new_dir)
-        renamed.append((old_dir.name, new))
+        moved = False
+        try:
+            for rows in old_dir.glob("rounds*.csv"):  # as bytes: rows kept aside may be damaged, and stay as they are
+                write_atomic(rows, rows.read_bytes().replace(f",{old_dir.name},".encode(), f",{new},".encode()))
+            old_dir.rename(new_dir)
+            moved = True
+            renamed.append((old_dir.name, new))
+        finally:
+            ((new_dir if moved else old_dir) / LOCK_NAME).unlink(missing_ok=True)
+            os.close(lock)
     return renamed
 
 

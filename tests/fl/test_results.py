@@ -125,6 +125,35 @@ def test_rehash_leaves_a_folder_whose_run_holds_its_lock_and_replaces_rows_whole
     assert sorted(p.name for p in (tmp_path / new).iterdir()) == ["config.json", "rounds.csv"]  # no temp left
 
 
+def test_rehash_holds_a_folders_lock_while_it_rewrites_and_renames_so_a_run_starting_then_is_refused(
+        tmp_path, monkeypatch):
+    """It checked the lock, then rewrote and renamed: a run of the old hash starting in between wrote its rows
+    into a folder renamed under it."""
+    from fl import results
+    from fl.errors import RunInProgress
+    from fl.results import LOCK_NAME, RunLog, rehash
+
+    cfg = as_dict(validate(fl.compose(["secagg=none", "model=mlp_small"])))
+    new, old = config_hash(cfg), tmp_path / "0123456789ab"
+    old.mkdir()
+    (old / "config.json").write_text(json.dumps(cfg))
+    (old / "rounds.csv").write_text("run_id,config_hash,round\nr0,0123456789ab,0\n")
+    refusals, write = [], results.write_atomic
+
+    def rewrite(path, text):  # a run of the old hash starts while the rows are rewritten
+        try:
+            RunLog(tmp_path, "0123456789ab", "late").claim()
+        except RunInProgress as err:
+            refusals.append(str(err))
+        write(path, text)
+
+    monkeypatch.setattr(results, "write_atomic", rewrite)
+    assert rehash(tmp_path) == [("0123456789ab", new)]
+    assert len(refusals) == 1 and "renaming the folder to its current hash" in refusals[0]
+    assert not old.exists() and not (tmp_path / new / LOCK_NAME).exists()
+    assert (tmp_path / new / "rounds.csv").read_text() == f"run_id,config_hash,round\nr0,{new},0\n"
+
+
 def _finished_run(tmp_path):
     from fl.results import finished
 

@@ -2,8 +2,9 @@
 
 A run that finished leaves `done.json` beside its rows (written last, atomically, naming the run and its number of
 rows) and is skipped on rerun; rows that do not match their done.json are not a finished run. Rows of a run that
-was killed are kept: the next run moves them to `rounds.incomplete-<run_id>.csv` and starts afresh,
-so nothing already written is ever overwritten. A run that raised leaves `failed-<run_id>.txt`. While a run
+was killed are kept: the next run moves them to `rounds.incomplete-<run_id>.csv` (and their config.json, where the
+new run's differs in a key outside the hash, to `config.incomplete-<run_id>.json`) and starts afresh, so nothing
+already written is ever overwritten. A run that raised leaves `failed-<run_id>.txt`. While a run
 writes, it holds `running.lock` in its folder (an flock), so a second process given the same configuration and
 folder (two sweeps that share a cell) is refused instead of moving the first one's rows aside.
 """
@@ -180,12 +181,16 @@ class RunLog:
 
     def start(self, cfg_dict: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
+        config, text = self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True)
         if self.path.exists():  # a killed run: keep its rows under its own run id
-            self.path.rename(_untaken(self.dir, f"rounds.incomplete-{_run_id_of(self.path) or self.run_id}", ".csv"))
+            kept = _run_id_of(self.path) or self.run_id
+            self.path.rename(_untaken(self.dir, f"rounds.incomplete-{kept}", ".csv"))
+            if config.exists() and config.read_bytes() != text.encode():  # its settings outside the hash, kept too
+                config.rename(_untaken(self.dir, f"config.incomplete-{kept}", ".json"))
         if self.done_path.exists():  # a done.json whose rows are gone or do not match it: kept, never trusted
             self.done_path.rename(_untaken(self.dir, f"done.unmatched-{_done_run_id(self.done_path) or self.run_id}",
                                            ".json"))
-        write_atomic(self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True))
+        write_atomic(config, text)
         self._file = open(self.path, "x", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
         self._writer.writeheader()

@@ -154,6 +154,31 @@ def test_rehash_holds_a_folders_lock_while_it_rewrites_and_renames_so_a_run_star
     assert (tmp_path / new / "rounds.csv").read_text() == f"run_id,config_hash,round\nr0,{new},0\n"
 
 
+@pytest.mark.parametrize("workers", [None, 3])
+def test_a_killed_runs_config_is_kept_beside_its_rows_where_the_rerun_differs_outside_the_hash(tmp_path, workers):
+    """The rerun replaced config.json: a killed run's ray.num_workers (outside the hash) was lost with it."""
+    from fl.results import RunLog
+
+    cfg = as_dict(validate(fl.compose(["secagg=none", "model=mlp_small"])))
+    killed = RunLog(tmp_path, config_hash(cfg), "killed")
+    killed.start(cfg)
+    killed.write({"run_id": "killed", "round": 0})
+    killed.close()
+    before = (killed.dir / "config.json").read_text()
+    again = dict(cfg, ray=dict(cfg["ray"], num_workers=workers))
+    rerun = RunLog(tmp_path, config_hash(again), "rerun")
+    assert rerun.dir == killed.dir
+    rerun.start(again)
+    rerun.close()
+    kept = sorted(p.name for p in killed.dir.iterdir())
+    assert json.loads((killed.dir / "config.json").read_text()) == again
+    if workers is None:  # the same settings: nothing to keep
+        assert kept == ["config.json", "rounds.csv", "rounds.incomplete-killed.csv"]
+    else:
+        assert kept == ["config.incomplete-killed.json", "config.json", "rounds.csv", "rounds.incomplete-killed.csv"]
+        assert (killed.dir / "config.incomplete-killed.json").read_text() == before
+
+
 def _finished_run(tmp_path):
     from fl.results import finished
 

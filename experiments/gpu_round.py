@@ -21,7 +21,8 @@ import numpy as np
 import torch
 from omegaconf import OmegaConf
 
-from fl.data import INPUT_SHAPES, Dataset, load_dataset, partition
+from fl.data import INPUT_SHAPES, Dataset, load_dataset
+from fl.partitions import partition
 from fl.models import MODELS, build_model, check_device, get_flat, num_params, set_flat
 from fl.training import as_tensor, train_local
 from experiments.args import positive_int, summary

@@ -39,7 +39,8 @@ from compression.blocks import BlockEnergy
 from compression.exact_summary import EnergySummary, ExactSummary
 from compression.marginals import Marginals
 from compression.selection import topk_count, topk_positions
-from fl.data import load_dataset, partition
+from fl.data import load_dataset
+from fl.partitions import partition
 from fl.models import build_model, flatten_parameters, get_flat, set_flat
 from fl.training import SGD, train_local
 

@@ -20,7 +20,8 @@ import compression
 import secagg
 from compression.index_policy import POLICIES as INDEX_POLICIES
 from compression.index_policy import SUMMARIES
-from fl.data import DATASETS, INPUT_SHAPES, PARTITIONS, check_files
+from fl.data import DATASETS, INPUT_SHAPES, check_files
+from fl.partitions import PARTITIONS
 from fl.errors import ConfigError
 from fl.results import SHARED_INDEX_KEYS
 from fl.rounds.layout import WEIGHT_BITS

@@ -18,7 +18,7 @@ import secagg
 from compression.index_policy import IndexPolicy
 from compression.topk import topk_count
 from fl.config import field_bits
-from fl.data import partition_args
+from fl.partitions import partition_args
 
 
 @dataclass(frozen=True)
@@ -40,7 +40,7 @@ class Plan:
     layer_sizes: tuple[int, ...]
     layer_shapes: tuple[tuple[int, ...], ...]    # each parameter tensor's shape (the `marginals` summary's matrices)
     model: SimpleNamespace                       # the model section (fl.models.build_model reads it)
-    partitions: dict                             # fl.data.partition's arguments for the run's clients
+    partitions: dict                             # fl.partitions.partition's arguments for the run's clients
     training: Training
     client_codec: compression.Codec              # the clients' codec ("none" without client compression)
     broadcast_codec: compression.Codec           # the server's codec for broadcasts after round 0

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from fl import environment, seeds
 from fl.config import check_weights
-from fl.data import client_partitions, partition_summary
+from fl.partitions import client_partitions, partition_summary
 from fl.errors import ConfigError, Diverged
 from fl.evaluation import CarriedEvaluation, Evaluator
 from fl.plan import Plan, model_section

@@ -1,6 +1,5 @@
 """experiments.field_bits' table and its seed-by-seed gaps, from synthetic runs (no training)."""
 import pandas as pd
-import pytest
 
 from experiments import field_bits
 

@@ -23,7 +23,8 @@ import torch  # noqa: E402
 
 import compression
 import secagg
-from fl.data import Dataset, partition
+from fl.data import Dataset
+from fl.partitions import partition
 from fl.models import build_model, check_device, flatten_parameters, get_flat, set_flat
 from fl.runtime.raystart import in_ray_worker as _in_ray_worker
 from fl.runtime.transport import CHUNK_BYTES, ReplyBuffer

@@ -30,7 +30,8 @@ def test_every_registered_codec_trains_without_masking_and_sends_its_stated_size
     """Each codec reaches its bar, and every update's bytes are those of its ClientUpdate with the codec's
     stated payload size (exactly where the size does not depend on the data, at most that size otherwise)."""
     from fl import wire
-    from fl.data import client_partitions, load_dataset
+    from fl.data import load_dataset
+    from fl.partitions import client_partitions
 
     overrides = ["model=mlp_small", "secagg=none", "fl.rounds=6", f"compression.name={codec}",
                  "compression.ratio=0.1", "compression.server=false"]

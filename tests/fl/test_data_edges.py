@@ -124,7 +124,7 @@ def test_digits_max_test_alone_subsamples_the_test_split_and_keeps_the_training_
 def test_a_dirichlet_split_kept_only_after_a_hundred_draws_is_found():
     """The search runs 1000 draws, as its refusal says: 30 clients on 100 samples at alpha 0.1, seed 1, is first
     held (every client at least one sample) at draw 136 of the recipe in test_data_models."""
-    from fl.data import partition
+    from fl.partitions import partition
 
     labels = np.repeat(np.arange(10), 10)
     parts = partition(labels, 30, "dirichlet", 0.1, 1, min_size=1)
@@ -133,7 +133,7 @@ def test_a_dirichlet_split_kept_only_after_a_hundred_draws_is_found():
 
 def test_shards_of_one_sample_each_are_allowed():
     """num_clients * shards_per_client may equal the number of samples: every shard is then one sample."""
-    from fl.data import partition
+    from fl.partitions import partition
 
     labels = np.repeat(np.arange(10), 2)
     parts = partition(labels, 10, "shards", 0.0, 0, shards_per_client=2)
@@ -142,7 +142,8 @@ def test_shards_of_one_sample_each_are_allowed():
 
 def test_labels_refuse_one_client_short_of_one_per_class():
     """Nine clients for ten classes: a class would go unheld (or to no one at all)."""
-    from fl.data import ConfigError, partition
+    from fl.data import ConfigError
+    from fl.partitions import partition
 
     with pytest.raises(ConfigError, match="at least one client per class .10.; got 9 clients"):
         partition(np.repeat(np.arange(10), 20), 9, "labels", 0.0, 0)
@@ -153,7 +154,7 @@ def test_a_runs_partitions_are_partition_with_its_config_and_min_size_one():
     own parameters, and min_size=1 (a run refuses only an empty client), whatever else the config holds."""
     from omegaconf import OmegaConf
 
-    from fl.data import client_partitions, partition
+    from fl.partitions import client_partitions, partition
 
     labels = np.repeat(np.arange(10), 4)
     cfg = OmegaConf.create({"seed": 7, "fl": {"num_clients": 40},
@@ -180,7 +181,8 @@ def test_the_other_partitions_are_pinned_seed_for_seed(scheme, num_clients, seed
     them (as test_data_models pins the Dirichlet split), so any change to a split's draws or cuts shows here."""
     import hashlib
 
-    from fl.data import load_digits, partition
+    from fl.data import load_digits
+    from fl.partitions import partition
 
     parts = partition(load_digits(0).y_train, num_clients, scheme, 0.5, seed, min_size=1, **extra)
     got = hashlib.sha256(b"".join(np.int64(len(p)).tobytes() + p.astype(np.int64).tobytes() for p in parts))

@@ -6,7 +6,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
-from fl.data import load_dataset, load_digits, partition, partition_summary
+from fl.data import load_dataset, load_digits
+from fl.partitions import partition, partition_summary
 from fl.errors import ConfigError
 from fl.models import build_model, flatten_parameters, get_flat, num_params, set_flat
 

@@ -13,7 +13,8 @@ import fl
 import fl.server
 from fl.launch import run
 from fl.config import validate
-from fl.data import client_partitions, load_dataset
+from fl.data import load_dataset
+from fl.partitions import client_partitions
 
 SETTING = dict(num_clients=6, clients_per_round=3, rounds=3, local_epochs=1, batch_size=10, lr=0.1, momentum=0.9,
                weight_decay=1e-3, server_lr=0.5, server_momentum=0.5, max_update_norm=0.5)

@@ -11,7 +11,8 @@ from omegaconf import OmegaConf
 
 import fl
 from fl.config import DATASETS, MODELS, ConfigError, validate
-from fl.data import INPUT_SHAPES, load_dataset, load_digits, partition
+from fl.data import INPUT_SHAPES, load_dataset, load_digits
+from fl.partitions import partition
 from fl.models import MODELS as BUILDABLE
 from fl.models import (BasicBlock, MaxPool2x2, build_model, check_device, get_flat, image_shape, norm_layer,
                        num_params, param_table, set_flat)

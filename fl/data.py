@@ -85,7 +85,8 @@ def load_digits(seed: int, test_fraction: float = 0.2) -> Dataset:
     """scikit-learn's bundled 8x8 digits: stratified seeded split, standardized with train statistics.
 
     The file is read and split here, as sklearn's load_digits and train_test_split(stratify=y) do (a test
-    checks that both give the same arrays), without importing sklearn and scipy: 130 MB of the driver's memory.
+    checks that both give the same arrays), without importing sklearn and scipy (the driver's memory they would
+    take: docs/performance.md).
     """
     path = os.path.join(importlib.util.find_spec("sklearn").submodule_search_locations[0],
                         "datasets", "data", "digits.csv.gz")

@@ -25,7 +25,7 @@ import compression
 import secagg
 from fl.errors import RunInProgress
 
-if TYPE_CHECKING:  # pandas loads when rows are read: fl.launch starts Ray before it (0.2 s)
+if TYPE_CHECKING:  # pandas loads when rows are read: fl.launch starts Ray before it
     import pandas as pd
 
 LOCK_NAME = "running.lock"  # held by the process writing the folder's rows (RunLog.claim)

@@ -8,7 +8,7 @@ def client_seed(root: int, round: int, client_id: int) -> int:
 
 def cohort(root: int, round: int, num_clients: int, clients_per_round: int) -> list[int]:
     """The clients sampled for a round, sorted; all clients when clients_per_round == num_clients."""
-    if clients_per_round == num_clients:  # what the draw below gives, without its 25 us a round
+    if clients_per_round == num_clients:  # what the draw below gives, without drawing
         return list(range(num_clients))
     rng = np.random.default_rng(np.random.SeedSequence([int(root), int(round), 3]))
     return sorted(int(c) for c in rng.choice(num_clients, size=clients_per_round, replace=False))

@@ -43,7 +43,7 @@ def exchange(pool, step, calls: dict[int, tuple], clients: dict[int, list[int]],
     spec = carried.spec if carried is not None else (lambda w: None)
     if max((len(cs) for cs in clients.values()), default=0) * message_bytes > CHUNK_BYTES:
         streams = pool.stream(step, calls, CHUNK_BYTES, carried=spec)
-    else:  # one plain call: about 1.5 ms cheaper a round than a stream
+    else:  # one plain call: cheaper than a stream's chunk calls
         streams = {w: iter([None] if reply is None else reply)
                    for w, reply in pool.call(step, calls, carried=spec).items()}
     return _in_client_order(streams, clients, tally, carried)

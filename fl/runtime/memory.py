@@ -1,7 +1,7 @@
 """Memory a CPU worker need not hold: the pages of GPU libraries that a CUDA build of torch maps at import.
 
-`import torch` from a CUDA wheel loads libtorch_cuda, cuBLASLt, nvrtc, nvJitLink and others, and about
-146 MB of their pages become resident in every process (here), although a CPU run never executes them.
+`import torch` from a CUDA wheel loads libtorch_cuda, cuBLASLt, nvrtc, nvJitLink and others, and their pages
+become resident in every process (how much: docs/performance.md), although a CPU run never executes them.
 Pages of a mapping that are all clean and file-backed hold exactly the file's bytes: madvise(MADV_DONTNEED)
 drops them from this process, and if the code is ever needed it faults back in from the file. Mappings
 with any private or anonymous page (relocated data), or any page swapped out (it could be a private copy), are

@@ -76,7 +76,7 @@ class InlinePool:
 
 class RemoteWorker:
     """The Ray actor: a Worker made inside the actor's process, so that the driver, which only calls it,
-    never imports torch (about 300 MB of a driver's memory)."""
+    never imports torch (its memory: docs/performance.md, "Memory of a run's process tree")."""
 
     def __init__(self, device: str, worker_id: int):
         from fl.runtime.worker import Worker

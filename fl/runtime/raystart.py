@@ -87,9 +87,9 @@ def stop() -> None:
 def _stop_autoscaler_monitor(ray) -> None:
     """End the autoscaler monitor that our ray.init started, by its PID, as soon as Ray is up.
 
-    A local, fixed-size cluster has nothing for the monitor to do, and it costs 50 MB of memory for the
-    whole run; left running, it also costs a second at exit: ray.shutdown stops the GCS first and then sends
-    the monitor SIGTERM, whose handler tries to report to the stopped GCS and is killed only after a 1 s
+    A local, fixed-size cluster has nothing for the monitor to do, and it holds memory for the whole run
+    (docs/performance.md); left running, it also delays the exit: ray.shutdown stops the GCS first and then
+    sends the monitor SIGTERM, whose handler tries to report to the stopped GCS and is killed only after a
     grace period. Ray keeps the process handle in a private attribute: if that changes, nothing is done here.
     """
     try:

@@ -35,10 +35,12 @@ class Tally:
 def exchange(pool, step, calls: dict[int, tuple], clients: dict[int, list[int]], tally: Tally,
              message_bytes: float = 0.0, carried=None):
     """Run the client step `step` on each worker of `calls` and yield (client id, message) for every client
-    of `clients`, in client-id order. A message is None if the client sent nothing, WORKER_DIED if its worker
-    died first. With `message_bytes` (a bound per message) a worker whose messages can exceed one chunk
-    streams them, so the server sums while the workers still produce, never holding them all. `carried`
-    (a fl.evaluation.CarriedEvaluation): the previous round's evaluation, run by the workers after the step."""
+    that `clients` lists for those workers (a worker not in `calls` is not called, and its clients not yielded),
+    in client-id order. A message is None if the client sent nothing, WORKER_DIED if its worker died (or
+    finished) without sending it. With `message_bytes` (a bound per message) a worker whose messages can exceed
+    one chunk streams them, so the server sums while the workers still produce, never holding them all.
+    `carried` (a fl.evaluation.CarriedEvaluation): the previous round's evaluation, run by the workers after
+    the step."""
     clients = {w: clients[w] for w in calls}
     spec = carried.spec if carried is not None else (lambda w: None)
     if max((len(cs) for cs in clients.values()), default=0) * message_bytes > CHUNK_BYTES:

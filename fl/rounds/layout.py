@@ -62,8 +62,9 @@ class MaskedLayout:
         return vector
 
     def unpack(self, total: np.ndarray, mean: bool = True) -> tuple[np.ndarray | None, float, np.ndarray | None]:
-        """(mean values at the index set, summed weight, summed table cells or None) of a field sum; `mean=False`:
-        the summed weighted values themselves (fl.aggregation=memory adds them to its sum)."""
+        """(mean values at the index set (None if the summed weight is not positive), summed weight, summed table
+        cells or None) of a field sum; `mean=False`: the summed weighted values themselves (fl.aggregation=memory
+        adds them to its sum). ValueError if `total` is not the layout's length."""
         if len(total) != self.length:
             raise ValueError(f"masked sum of {len(total)} elements, the layout has {self.length}")
         k, d = self.k, self.digits

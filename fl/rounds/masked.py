@@ -302,7 +302,8 @@ def _from(message, sender: int):
 
 
 class _Steps:
-    """The clients still alive through a round's four steps, with its injected dropouts (seeded)."""
+    """The clients still alive through a round's steps (STEPS, or FRESH_STEPS under `fresh`), with its injected
+    dropouts (seeded)."""
 
     def __init__(self, pool, tally: Tally, cohort: list[int], by_worker: dict[int, list[int]], dropout: float,
                  rng: np.random.Generator, names=STEPS):
@@ -382,10 +383,13 @@ class _Steps:
 
 def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker: dict[int, list[int]],
         delivery, run_id: str, carried=None) -> bool:
-    """The server half of one masked round; returns whether it was applied (False: aborted below t, and
-    the model is unchanged). A worker that dies drops its clients. Under `fresh` the round has two masked
-    exchanges (sketch, then values), each its own protocol instance; their keys travel together. `carried`:
-    the previous round's evaluation, run by the workers after the step that trains."""
+    """The server half of one masked round; returns whether it was applied (False: aborted, and the model is
+    unchanged: fewer than t survivors or a survivor graph not connected, a summed weight not positive, or under
+    `fresh` a summary whose unit weights do not count its survivors, or a second exchange without a client of
+    the first's linear summary). A worker that dies drops its clients.
+    Under `fresh` the round has two masked exchanges (sketch, then values), each its own protocol instance;
+    their keys travel together. `carried`: the previous round's evaluation, run by the workers after the step
+    that trains."""
     plan = server.plan
     fresh = server.policy is not None and server.policy.fresh
     if fresh:
@@ -451,7 +455,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
                 steps.take(second.add, cid, msg)
             _unmask(steps, tally, second, 1, "unmask", same_as=survivors if sketch.linear else None)
             values, weight, cells = tally.timed("t_unmask", second.result)
-    except secagg.RoundAborted as err:  # below t: nothing revealed, nothing applied; the run goes on
+    except secagg.RoundAborted as err:  # nothing applied (and below t nothing unmasked); the run goes on
         tally.row["aborted"] = True
         tqdm.write(f"round {r}: aborted: {err}")
         applied = False
@@ -484,7 +488,8 @@ def _unmask(steps, tally: Tally, agg: MaskedAggregator, exchange: int, name: str
     `same_as`: the first exchange's survivors under `fresh` with a summary linear in the update (`exact`,
     `sketch`). A client summed there but missing here aborts the round before anything is unmasked: the
     difference of the two sums would be that client's values at the index set. Energies are not linear, and
-    the first exchange carries no weight, so under them the round goes on with the second's survivors."""
+    the first exchange's weight slot holds a unit weight, never a client's own, so under them the round goes on
+    with the second's survivors."""
     request, survivors = agg.unmask_request()
     if same_as is not None and set(survivors) != set(same_as):
         missing = sorted(set(same_as) - set(survivors))

@@ -45,9 +45,9 @@ class Broadcaster:
 
 
 class ServerStep:
-    """How a round's mean update moves the global model: added as is (FedAvg), or scaled by server_lr
-    through a momentum buffer over rounds (FedAvgM, Hsu et al. 2019), which keeps moving the positions of
-    earlier rounds' sparse updates after the cohort that sent them has left."""
+    """How a round's mean update moves the global model: added as is (FedAvg), scaled by server_lr, or (with
+    server_momentum) scaled by server_lr through a momentum buffer over rounds (FedAvgM, Hsu et al. 2019), which
+    keeps moving the positions of earlier rounds' sparse updates after the cohort that sent them has left."""
 
     def __init__(self, lr: float, momentum: float, length: int):
         self.lr, self.momentum = lr, momentum
@@ -188,8 +188,11 @@ class Server:
                            f"float32's range after this round's update: the run diverged")
 
     def apply_masked(self, r: int, values: np.ndarray, weight: float, cells: np.ndarray | None) -> None:
-        """A masked round's mean values at the index set, or (linear codec) its mean table: the server's
-        sketch error feedback extracts the heavy hitters, and what is not extracted stays for later."""
+        """A masked round's result (fl.rounds.masked.MaskedAggregator.result): the mean values at the index set
+        (under fl.aggregation=memory their sum, added to the memories'), the summed weight and the summed table
+        cells. A linear codec's table is divided by the weight: a count sketch's goes through the server's sketch
+        error feedback (the heavy hitters extracted, the rest kept for later), any other is decoded whole. Without
+        a linear codec the index policy then observes the round."""
         if self.accumulator is not None:
             self.accumulator.add(cells.reshape(self.accumulator.table.shape) / weight)
             positions, values = self.accumulator.extract()

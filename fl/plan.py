@@ -44,7 +44,7 @@ class Plan:
     training: Training
     client_codec: compression.Codec              # the clients' codec ("none" without client compression)
     broadcast_codec: compression.Codec           # the server's codec for broadcasts after round 0
-    error_feedback: bool                         # clients keep residuals (biased codec, not a masked linear one)
+    error_feedback: bool                         # clients keep residuals (biased codec; not masked linear, not memory)
     residual_dtype: str
     masked: bool
     linear: compression.Codec | None             # under masking, a linear codec whose table is masked

@@ -21,7 +21,7 @@ from compression.packing import pack_codes, packed_size, unpack_codes
 from compression.topk import decode_positions, encode_positions
 from fl import wire_pb2 as pb
 
-VERSION = 2  # 2: the checksum is CRC-32C (was zlib's CRC-32)
+VERSION = 2  # 2: the checksum is CRC-32C; a version-1 message (zlib's CRC-32) fails it before its version is read
 KEY_BYTES = 32
 SESSION_BYTES = 32
 

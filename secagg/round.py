@@ -1,8 +1,9 @@
 """One masked round's public parameters: session, cohort, vector length, threshold and degree; the session id.
 
 Session. `session_id` hashes run, round and cohort, and (keyword-only) the round's whole configuration
-(protocol, t, k, vector length) and a server nonce; it salts every key derivation and is carried by every
-message, so a message from another round, cohort, configuration or run (another nonce) is refused.
+(protocol, t, k, vector length), a server nonce and the field's width; it salts every key derivation and is
+carried by every message, so a message from another round, cohort, configuration, field or run (another
+nonce) is refused.
 
 Graph. `degree=None` is the full graph of Bonawitz et al. (CCS 2017): every client masks with and shares
 its secrets among all others. A degree k gives SecAgg+ (Bell et al. 2020): a relabelled Harary graph
@@ -171,7 +172,8 @@ def session_id(run_id: str, round: int, participants: Iterable[int], *, protocol
     """SHA-256 over a length-prefixed encoding of (tag, run id, round, sorted participant ids), then,
     when given, the configuration (protocol name, t, k, length; t and k as make_round resolves them, so pass
     the same arguments; a configuration make_round would refuse is refused), the server's nonce and the field's
-    width in bits. Without the keyword inputs: the hash of earlier versions."""
+    width in bits. Each keyword input left out adds nothing to the hash (with none, only the tag, run id, round
+    and ids are hashed); ValueError for length, t or k without the protocol."""
     if not isinstance(run_id, str):
         raise TypeError(f"run_id must be a str, got {type(run_id).__name__}")
     if isinstance(round, bool) or not isinstance(round, numbers.Integral) or not 0 <= round < 2**64:

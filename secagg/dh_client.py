@@ -41,13 +41,16 @@ class Client:
     """One client's side of a round. Each step runs once, in order; any failed check ends the client's round.
 
     1. advertise(): two fresh X25519 pairs (c: share transport, s: masks) -> AdvertiseKeys.
-    2. share_keys(roster): check the roster (session, this client's keys, no duplicate, malformed,
-       non-canonical or low-order keys, at least t clients); derive the graph from it (config.graph);
-       derive transport keys and mask seeds with every neighbour; draw the self-mask seed b_u;
+    2. share_keys(roster): check the roster (session, participants only, this client's keys, no key twice
+       byte for byte, no malformed or non-canonical key, at least t clients); derive the graph from it
+       (config.graph); derive transport keys and mask seeds with every neighbour (a neighbour's low-order key
+       fails that agreement; a non-neighbour's is never used, and the server refuses it by class at advertise);
+       draw the self-mask seed b_u;
        Shamir-share b_u and s_sk_u among itself and its neighbours; encrypt each neighbour's pair of
        shares -> ShareKeys.
     3. masked_input(bundle, q): decrypt and check the shares addressed to this client (AEAD, sender and
-       recipient ids); y = q + PRG(b_u) +- PRG(s_uv) for each neighbour v that sent shares -> MaskedInput.
+       recipient ids; RoundAborted if with itself fewer than t sent them); y = q + PRG(b_u) +- PRG(s_uv) for
+       each neighbour v that sent shares -> MaskedInput.
     4. unmask(request): check that survivors and dropped are disjoint, lie in the roster, account exactly
        for the clients that sent shares here, list this client as a survivor, count at least t (in its
        neighbourhood) and are connected in the graph (else RoundAborted: a part's sum would be exposed);
@@ -121,7 +124,7 @@ class Client:
         if strangers:
             raise ProtocolError(f"roster lists clients {strangers} that are not participants of this round")
         keys = [k for _, c, s in entries for k in (c, s)]
-        for key in keys:  # a low-order key is refused by the agreement in share_keys
+        for key in keys:  # bytes only: a neighbour's low-order key is refused by the agreement in share_keys
             problem = key_problem(key)
             if problem:
                 raise ProtocolError(f"roster holds a {problem}")

@@ -8,7 +8,8 @@ Public keys are checked before use (`key_problem`, then `key_class`): a non-cano
 u >= p) is another byte form of a key that passes a byte-wise duplicate check, and a low-order point makes the
 agreement all zeros; cryptography raises on the latter, so an exchange against any key tells. A canonical
 key plus a low-order point is a third form (X25519 clamps private keys to multiples of 8, so every agreement
-with it is the key's own): `key_class` gives both forms the same value, so duplicates are compared by class.
+with it is the key's own): `key_class` gives both forms the same value, so the server compares duplicates by
+class at advertise (a client's roster check compares bytes).
 
 Share transport (client u -> client v through the server): AES-256-GCM under
 HKDF-SHA256(X25519(c_sk_u, c_pk_v), salt = session, info = purpose + (u, v) in that order), with the

@@ -124,7 +124,7 @@ def _sampled_threshold(magnitude: np.ndarray, k: int, sample: np.ndarray):
        with about k + 4 sigma (sigma: the binomial spread of the sample count).
     2. Count above = #(m > t_high); the band = entries in [t_low, t_high]. If above < k <= above +
        band size, the k-th largest overall is the (k - above)-th largest of the band: partition only
-       the band. Otherwise (a bad sample, probability ~1e-4) return None.
+       the band. Otherwise (a bad sample), or when the band holds more than half the entries, return None.
     """
     n = magnitude.size
     values = magnitude.take(sample)

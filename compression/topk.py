@@ -37,7 +37,7 @@ __all__ = [
     "RICE",
 ]
 
-VERSION = 2  # 1 had only the bitmap and varint encodings
+VERSION = 2  # 2: four position encodings (the byte after the version); any other version is refused
 _HEADER = struct.Struct("<BBII")  # version, position encoding, n, k
 
 
@@ -47,10 +47,11 @@ class TopKCompression(Codec):
     Options:
       threshold: 'sampled' (default: bracket the k-th largest magnitude from a random sample of about
                  16*sqrt(n) magnitudes, then partition only the entries in the bracket; falls back to
-                 a full partition when the bracket misses or n < 4096) or 'exact' (np.partition over
-                 all magnitudes). Both find the same exact threshold, so both keep exactly k entries,
-                 the same ones, and give byte-identical payloads (tested); 'sampled' is 2-4x faster
-                 on long vectors (results/codec_bench.md), 'exact' is kept as the plain reference.
+                 a full partition when the bracket misses, holds more than half the entries, or n < 4096)
+                 or 'exact' (np.partition over all magnitudes). Both find the same exact threshold, so
+                 both keep exactly k entries, the same ones, and give byte-identical payloads (tested);
+                 which is faster depends on the host's partition (docs/performance.md, Codec speed), and
+                 'exact' is the plain reference.
       layout:    None (global selection) or the layer sizes, in order (summing to n): then each
                  layer keeps ceil(ratio * size) of its own entries (per-layer selection).
       seed:      seed of the sampled threshold's sample (affects speed only, never the result).
@@ -108,7 +109,8 @@ class TopKCompression(Codec):
         positions, values = self._read(payload, length)
         dense = np.zeros(length, dtype=np.float32)
         # Integer scatter (faster than np.put or boolean assignment) from aligned native floats: the values
-        # sit at an odd offset in the payload, and scattering from that unaligned view is ~4x slower than copying.
+        # sit at an odd offset in the payload, and scattering from that unaligned view is slower than copying
+        # first (docs/performance.md, "Why some codec internals are the way they are").
         dense[positions] = values.astype(np.float32)
         return dense
 

@@ -16,7 +16,7 @@ _MAX_RICE_PARAMETER = 32
 
 
 def _gaps(positions: np.ndarray) -> np.ndarray:
-    """The first position, then p_i - p_{i-1} (int64; np.diff with prepend is several times slower)."""
+    """The first position, then p_i - p_{i-1} (int64; written in place, where np.diff with prepend copies)."""
     gaps = np.empty_like(positions)
     gaps[0] = positions[0]
     np.subtract(positions[1:], positions[:-1], out=gaps[1:])

@@ -97,7 +97,8 @@ class RotationCodec(Codec):
     Options:
       bits: 2..16 (default 8) per rotated entry.
       seed: 0 (default), an int below 2**64: the PUBLIC rotation seed (every client and the server use the
-            same, so rotated vectors add up); the rounding noise is drawn from (seed, the input's CRC-32).
+            same, so rotated vectors add up); the rounding noise is drawn from (seed, the input's CRC-32 and
+            length: `input_seed`).
       clip: 0.02 (default): under secure aggregation, where one public scale serves every client, rotated
             entries are clipped to [-clip, clip] and rounded to `bits` in the field (fl.rounds.layout).
 
@@ -176,7 +177,7 @@ class RotationCodec(Codec):
         return _HEADER.size + packed_size(padded_length(n), self.bits)
 
     def check_sender(self, payload: bytes, length: int) -> None:
-        """The payload names its own seed and width, and decoding builds the seed's rotation (its n signs; a
+        """The payload names its own seed and width, and decoding builds the seed's rotation (its d signs; a
         few are cached): the server accepts only its own."""
         _, n, bits, seed, _ = read_header("rotation", payload, _HEADER, VERSION)
         check_payload_length("rotation", n, length)

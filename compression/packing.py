@@ -73,8 +73,8 @@ def pack_codes(codes: np.ndarray, width: int) -> bytes:
 
 
 def _pack_matrix(codes: np.ndarray, width: int) -> bytes:
-    """Through a (count, width) bit matrix: few numpy calls, about 50 bytes of memory a code (the baseline of
-    experiments.bench_packing)."""
+    """Through a (count, width) bit matrix: few numpy calls, but a byte per bit of every code held at once (the
+    baseline of experiments.bench_packing; its memory in docs/performance.md, Bit packing of the masked vector)."""
     lanes = 1 if width <= 8 else 4
     raw = codes.astype(np.uint8 if lanes == 1 else "<u4", copy=False).view(np.uint8).reshape(codes.size, lanes)
     return np.packbits(np.unpackbits(raw, axis=1, bitorder="little")[:, :width], bitorder="little").tobytes()
@@ -82,8 +82,8 @@ def _pack_matrix(codes: np.ndarray, width: int) -> bytes:
 
 def _pack_wide(codes: np.ndarray, width: int) -> bytes:
     """Codes of 9-31 bits, eight to a group of `width` bytes (code j of a group starts at its bit j * width), a
-    chunk of groups at a time so that its rows stay in cache: no bit matrix, about 10 bytes of memory a code where
-    np.unpackbits' path takes about 50."""
+    chunk of groups at a time so that its rows stay in cache: no bit matrix, so a few bytes of memory a code where
+    np.unpackbits' path holds a byte per bit (docs/performance.md, Bit packing of the masked vector)."""
     step = 8 * _CHUNK_GROUPS
     return b"".join(_pack_groups(codes[i:i + step], width) for i in range(0, codes.size, step))
 

@@ -15,11 +15,12 @@ b_w for survivors w and of s_sk_w for dropped w (never both for one w), and the 
 
 is exactly sum_{u in U3} q_u. Below t the round aborts (RoundAborted) before anything is revealed.
 
-Bytes per client and round (full graph, n clients, vector length L, ids < 2^14, measured from fl.wire):
-up about 112 (AdvertiseKeys) + 114 (n - 1) (ShareKeys: 112-byte ciphertext + id each) + ceil(b L / 8) + 50
-(MaskedInput, in a field of b bits) + 46 n + 40 (UnmaskResponse: a 44-byte share + id per owner); down about
-74 n (KeyRoster) + 114 (n - 1) (ShareBundle) + 2 n (UnmaskRequest). With a k-regular graph, the ShareKeys and
-ShareBundle terms count k peers instead of n - 1, and the UnmaskResponse term k + 1 owners instead of n.
+Bytes per client and round (full graph, n clients, vector length L, client ids in [2^7, 2^14), measured from
+fl.wire; an id below 2^7 takes one byte less wherever it appears): up 112 (AdvertiseKeys) + 114 (n - 1) + 49
+(ShareKeys: a 112-byte ciphertext + id each) + ceil(b L / 8) + about 51 (MaskedInput, in a field of b bits) +
+46 n + 49 (UnmaskResponse: a 44-byte share + id per owner); down 73 n + 41 (KeyRoster) + 114 (n - 1) + 49
+(ShareBundle) + about 2 n + 43 (UnmaskRequest). With a k-regular graph, the ShareKeys and ShareBundle terms
+count k peers instead of n - 1, and the UnmaskResponse term k + 1 owners instead of n.
 
 The two halves are `dh_client.Client` and `dh_server.Server` (shared with SecAgg+); this module names the
 protocol and registers it.

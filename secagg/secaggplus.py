@@ -18,9 +18,9 @@ every needed dropped key has t surviving holders among its neighbourhood; otherw
 loses more than about half its members or two runs of k/2 ring neighbours drop; the full graph's guarantee
 (exact while >= t of n remain) does not carry over pattern by pattern.
 
-Bytes per client and round: as `dh` (secagg/dh.py) over k neighbours: up about 112 + 114 k + ceil(b L / 8) + 50 +
-46 (k + 1) + 40 (a masked vector of L elements in a field of b bits), down about 74 n + 114 k + 2 n (the roster and
-the unmask request still list every client).
+Bytes per client and round: as `dh` (secagg/dh.py) over k neighbours: up about 112 + 114 k + 49 + ceil(b L / 8) +
+51 + 46 (k + 1) + 49 (a masked vector of L elements in a field of b bits), down about 73 n + 41 + 114 k + 49 + 2 n +
+43 (the roster and the unmask request still list every client).
 """
 
 from __future__ import annotations

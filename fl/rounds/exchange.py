@@ -37,8 +37,9 @@ def exchange(pool, step, calls: dict[int, tuple], clients: dict[int, list[int]],
     """Run the client step `step` on each worker of `calls` and yield (client id, message) for every client
     that `clients` lists for those workers (a worker not in `calls` is not called, and its clients not yielded),
     in client-id order. A message is None if the client sent nothing, WORKER_DIED if its worker died (or
-    finished) without sending it. With `message_bytes` (a bound per message) a worker whose messages can exceed
-    one chunk streams them, so the server sums while the workers still produce, never holding them all.
+    finished) without sending it. With `message_bytes` (a bound per message), when the most clients of any one
+    worker can exceed one chunk every worker streams, so the server sums while the workers still produce, never
+    holding them all.
     `carried` (a fl.evaluation.CarriedEvaluation): the previous round's evaluation, run by the workers after
     the step."""
     clients = {w: clients[w] for w in calls}

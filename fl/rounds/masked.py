@@ -384,9 +384,9 @@ class _Steps:
 def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_worker: dict[int, list[int]],
         delivery, run_id: str, carried=None) -> bool:
     """The server half of one masked round; returns whether it was applied (False: aborted, and the model is
-    unchanged: fewer than t survivors or a survivor graph not connected, a summed weight not positive, or under
-    `fresh` a summary whose unit weights do not count its survivors, or a second exchange without a client of
-    the first's linear summary). A worker that dies drops its clients.
+    unchanged: fewer than t survivors, a survivor graph not connected, shares that do not rebuild a secret, a
+    summed weight not positive, or under `fresh` a summary whose unit weights do not count its survivors, or a
+    second exchange without a client of the first's linear summary). A worker that dies drops its clients.
     Under `fresh` the round has two masked exchanges (sketch, then values), each its own protocol instance;
     their keys travel together. `carried`: the previous round's evaluation, run by the workers after the step
     that trains."""

@@ -332,8 +332,8 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
         tail = slice(len(rows) - stalled, None)
         why = []
         if n := int(aborted.iloc[tail].sum()):
-            why.append(f"{n} aborted below the threshold (the dropped_* and rejected columns say which clients were "
-                       "lost)")
+            why.append(f"{n} aborted: too few survivors or a failed protocol check (each round's `aborted` line says "
+                       "which; the dropped_* and rejected columns, which clients were lost)")
         if n := int(refused.iloc[tail].sum()):
             why.append(f"in {n} every client's update that arrived was refused (the log's `rejected` lines say why)")
         advice = (" A non-finite update is a local training that diverged: lower fl.lr or fl.server_lr, or bound "

@@ -509,7 +509,7 @@ def test_a_masked_run_whose_last_rounds_aborted_says_so_when_it_ends(tmp_path, c
     rows = small(tmp_path, "secagg=dh", "fl.rounds=6", "fl.num_clients=5", "fl.clients_per_round=5")
     assert rows["aborted"].tolist() == [False, False, True, True, True, True]
     err = capsys.readouterr().err
-    assert "warning: the last 4 of 6 rounds applied no update (4 aborted below the threshold" in err
+    assert "warning: the last 4 of 6 rounds applied no update (4 aborted: too few survivors" in err
     assert "the final model is round 1's" in err and "lower fl.lr" in err and "every round aborted" not in err
 
 

@@ -474,9 +474,11 @@ def _check_secagg(c, codec) -> None:
         if c.secagg.max_weight < 1:  # the heaviest client holds at least the mean: check_weights refuses every split
             raise ConfigError(f"secagg.max_weight must be at least 1 (a client of mean size weighs 1, and the "
                               f"heaviest client at least that), got {c.secagg.max_weight}")
-        if c.secagg.max_weight > 2**WEIGHT_BITS - 1:  # a client of mean size (weight 1) would round to 0
+        if c.secagg.max_weight > 2**WEIGHT_BITS - 1:  # a client of mean size (weight 1) under one step of precision
             raise ConfigError(f"secagg.max_weight must be at most {2**WEIGHT_BITS - 1} (the weight travels in "
-                              f"{WEIGHT_BITS} bits, so a client of mean size would weigh 0), got {c.secagg.max_weight}")
+                              f"{WEIGHT_BITS} bits of steps max_weight / {2**WEIGHT_BITS - 1}, so a client of mean "
+                              f"size would be under one step: rounded at random to 0 or a step), got "
+                              f"{c.secagg.max_weight}")
         try:  # the field sum of clients_per_round inputs must not wrap: checked here, not mid-run
             secagg.FixedPointQuantizer(c.secagg.clip, f.clients_per_round, field_bits(c), c.secagg.quant_bits)
         except ValueError as err:
@@ -564,9 +566,11 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
     test fraction on a dataset with its own test split, where digits would be found, a model key its model does
     not read: `model.norm` but for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an
-    MLP) are reset to defaults, an evaluation period past the last round to the last round; mask settings at what
-    null stands for (threshold, degree, field width) are null, and a float codec option written as an integer is a
-    float."""
+    MLP) are reset to defaults, as are error feedback under `fl.aggregation=memory` (the memory replaces the
+    residual) and the residuals' dtype where no client keeps residuals; a dense codec's ratio, which it ignores, is
+    1.0, and masked rand-k's index policy is `randk`; an evaluation period past the last round is the last round;
+    mask settings at what null stands for (threshold, degree, field width) are null, and a float codec option
+    written as an integer is a float."""
     data, data_defaults = c.dataset, DatasetConfig()
     for key, read_by in (("alpha", "dirichlet"), ("shards_per_client", "shards"), ("labels_per_client", "labels")):
         if data.partition != read_by:
@@ -589,7 +593,7 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     if comp.name in _LOSSLESS_AT_ONE and comp.ratio == 1.0:
         comp.name = "none"
     if comp.name != "none" and not getattr(compression.get(comp.name), "uses_ratio", True):
-        comp.ratio = 1.0  # a dense codec (fp16, int8, qsgd) ignores the ratio: one spelling
+        comp.ratio = 1.0  # a dense codec (fp16, int8, qsgd, rotation) ignores the ratio: one spelling
     if comp.name == "randk" and comp.client and secagg.get(c.secagg.name).masks:
         comp.index_policy = "randk"  # masked rand-k is the public random shared set
     if comp.name == "none" or not (comp.client or comp.server):

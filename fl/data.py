@@ -392,7 +392,9 @@ def load_dataset(cfg, seed: int) -> Dataset:
     """The dataset `cfg.name` (a `dataset` config), optionally subsampled to max_train / max_test.
 
     digits: seeded stratified split with `test_fraction`. mnist / fashion_mnist / cifar10: the dataset's
-    own train/test split, read by torchvision from `cfg.root`; missing files raise DatasetNotFoundError.
+    own train/test split, read by torchvision from `cfg.root` or else a `cfg.system_dirs` folder (through a copy
+    in `cfg.cache` where needed: `readable_root`); missing files raise DatasetNotFoundError unless `cfg.download`
+    fetches them into the root.
     """
     name = cfg.name
     max_train, max_test = _opt(cfg, "max_train", None), _opt(cfg, "max_test", None)

@@ -95,8 +95,8 @@ def mlp(in_features: int, hidden, num_classes: int) -> nn.Module:
 
 class MaxPool2x2(nn.MaxPool2d):
     """2x2 max-pool (ceil mode). Without autograd it takes the maximum of strided slices: the same values
-    (a maximum is exact), about 6x faster on the CPU than max_pool2d, which also computes the indices that
-    only a backward pass needs. With autograd it is max_pool2d, whose gradient goes to one input on ties."""
+    (a maximum is exact), without the indices that max_pool2d also computes and only a backward pass needs
+    (the gain: docs/performance.md). With autograd it is max_pool2d, whose gradient goes to one input on ties."""
 
     def __init__(self):
         super().__init__(2, ceil_mode=True)

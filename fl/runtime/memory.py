@@ -58,7 +58,7 @@ def release_gpu_libraries() -> int:
 
 class _ReleaseWhenTorchCLoads:
     """An import hook that releases once torch's C extension (which maps the GPU libraries) has loaded, at the
-    next module torch imports: the rest of `import torch`, about a second, then runs without those pages."""
+    next module torch imports: the rest of `import torch` then runs without those pages."""
 
     def find_spec(self, name, path=None, target=None):
         if "torch._C" in sys.modules:

@@ -16,7 +16,7 @@ from fl.environment import usable_cpus
 DIRECT_OBJECT_BYTES = 4 << 20
 SYSTEM_CONFIG = {
     "max_direct_call_object_size": DIRECT_OBJECT_BYTES,
-    # Ray's default niceness (15) let any activity of the driver hold a worker back every round.
+    # Ray's default niceness (15) lets any activity of the driver hold a worker back every round.
     "worker_niceness": 0,
     # Ray's worker processes import the worker (torch) and the client steps while Ray is still starting.
     "preload_python_modules": ["fl.runtime.worker", "fl.rounds.plain", "fl.rounds.masked"],

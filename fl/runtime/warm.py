@@ -2,10 +2,10 @@
 
 A Hydra multirun on one machine runs its cells one after another in one process. Ray starts for the first
 cell; the pool (worker processes with torch imported) serves every later cell of the same shape (backend,
-device, size and resources per worker), re-attached to that cell's dataset and plan, which resets every
-client's state; the dataset is loaded once while cells share it. A cell that raises takes its pool with it
-(the next cell starts a fresh one). `close` ends the pool and the Ray started here: at the sweep's end
-(fl.sweep's Hydra callback) and at exit, Ctrl-C included.
+device, size, resources per worker and Ray address: `pool_key`), re-attached to that cell's dataset and plan,
+which resets every client's state; the dataset is loaded once while cells share it. A cell that raises takes its
+pool with it (the next cell starts a fresh one). `close` ends the pool and the Ray started here: at the sweep's
+end (fl.sweep's Hydra callback) and at exit, Ctrl-C included.
 """
 from __future__ import annotations
 

@@ -2,13 +2,14 @@
 entry by entry, at the cost of a block summary.
 
 Each weight tensor of shape (out, ...) is viewed as an out x rest matrix; a client's summary is the sum of
-squares of each row and of each column of its weighted update there, and each entry of a 1-D tensor (a
-bias) as is. Summed over the cohort (under the masks) the server estimates an entry's energy as
-row x column / matrix total, exact when the matrix of energies has rank one: the gradient of a dense
-layer for one sample is an outer product, and a round's update is a sum of few dominant ones. Blocks of
-consecutive entries locate a heavy row segment but send all of it; marginals cost (out + rest) cells a
-matrix instead of out x rest / block and pick single entries. Like block energies they are not linear:
-the server learns the cohort's total movement per row and per column (docs/secagg.md).
+squares of each row and of each column of its weighted update there, and each entry's square as is for a 1-D
+tensor (a bias) or a matrix of one row or one column (whose marginals would cost more cells than its entries).
+Summed over the cohort (under the masks) the server estimates an entry's energy as row x column / matrix
+total, exact when the matrix of energies has rank one: the gradient of a dense layer for one sample is an
+outer product, and a round's update is a sum of few dominant ones. Blocks of consecutive entries locate a
+heavy row segment but send all of it; marginals cost (out + rest) cells a matrix instead of out x rest / block
+and pick single entries. Like block energies they are not linear: the server learns the cohort's total
+movement per row and per column (docs/secagg.md).
 """
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ class Marginals:
     linear = False  # energies (see CountSketch.linear)
 
     def __init__(self, shapes):
-        self.parts: list[tuple[int, int, int]] = []  # (offset, out, rest); rest 0: a 1-D tensor, cell by cell
+        self.parts: list[tuple[int, int, int]] = []  # (offset, out, rest); rest 0: cell by cell
         offset = 0
         for shape in shapes:
             shape = tuple(int(s) for s in shape)

@@ -458,14 +458,15 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "")
              + (LOST_NOTE if _has_lost(t) else "") + (BROADCAST_NOTE if _has_broadcast_only(t) else "")
              + (MEMORY_NOTE if _memory(t["index_policy"]).any() else "")
-             + "Bytes: per client per round, counted from the serialized "
-             "messages, and relative to the dense baseline (no compression, no masking) of the same environment, "
-             "data and model. Seconds: per round (client-side stages summed over the cohort; decode s: a masked "
-             "round's server work on what it unmasked, choosing the index set and applying the sum; an unmasked "
-             "round decodes each update as it adds it, inside round s). "
-             f"Rounds to target: first round with accuracy >= {target}, mean over the runs that reached it (their "
-             "count after the slash; blank = none did); upload to target: every client's upload until then, per "
-             "client of the population (cumulative bytes, mean over those runs)."
+             + "Bytes: per client per round, counted from the serialized messages. Δ vs dense, x dense: "
+             "relative to the dense baseline (no compression, no masking) of the same environment, data, model and "
+             "run length whose other settings are the line's (blank where no such run). Seconds: per round "
+             "(client-side stages summed over the cohort; decode s: a masked round's server work on what it "
+             "unmasked, choosing the index set and applying the sum; an unmasked round decodes each update as it "
+             f"adds it, inside round s). Rounds to target: rounds up to the first with accuracy >= {target} (the "
+             "first round counts 1), mean over the runs that reached it (their count after the slash; blank = none "
+             "did); upload to target: every client's upload until then, per client of the population (cumulative "
+             "bytes, mean over those runs)."
              + (LINK_NOTE if links else ""), ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
@@ -539,7 +540,7 @@ def _ef(line) -> str:
 
 
 def _num(x: float, spec: str = ".4f") -> str:
-    """Blank where there is no figure (no dense run in the same environment to compare with)."""
+    """Blank where there is no figure (no dense baseline to compare with: `_dense_baseline`)."""
     return "" if pd.isna(x) else format(x, spec)
 
 

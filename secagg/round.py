@@ -19,7 +19,9 @@ graph, t = (k + 1) // 2 + 1 (= k // 2 + 1 for even k) with a graph. Bounds and w
     self-mask seed and mask key and unmask its input), and a "sum" over one survivor is that client's input.
   * A majority is not required for the honest-but-curious promise, but below it a server that lies about
     who dropped could collect b-shares and key shares of the same client from two disjoint groups of t
-    clients; the default keeps 2t > group size so that cannot happen (see docs/secagg.md).
+    clients; the default keeps 2t > group size so that cannot happen without colluders. It can with them:
+    c colluding holders hold shares of both secrets, so t - c honest answers of each kind suffice (an
+    equivocating server is not covered; see docs/secagg.md, Threshold).
 """
 
 from __future__ import annotations

@@ -8,11 +8,12 @@ is the same over a randomly relabelled k-regular (Harary) graph of logarithmic d
 `Client(config, id)` / `Server(config)` through advertise keys -> share keys -> masked input -> unmask.
 
 Security promise: against an honest-but-curious server colluding with fewer than t clients, the server
-learns only the sum of the surviving clients' masked vectors, who dropped, and the public index set; with
-SecAgg+ only while the survivors stay connected in the graph (checked by clients and server: abort
-otherwise). Dropouts at any step are recovered while at least t clients remain (SecAgg+: per
-neighbourhood); below t the round aborts (RoundAborted) and nothing is revealed. Not covered: a malicious
-server that equivocates or sends different rosters or models to different clients. See docs/secagg.md.
+learns only the sum of the surviving clients' masked vectors (of which the colluders know their own), who
+dropped, and the public index set; with SecAgg+ only while the survivors stay connected in the graph (checked by
+clients and server: abort otherwise). Dropouts at any step are recovered while at least t clients remain
+(SecAgg+: per neighbourhood); below t the round aborts (RoundAborted) and nothing is revealed. Not covered: a
+malicious server that equivocates (different rosters, requests or models to different clients) or substitutes
+clients' keys (there is no PKI). See docs/secagg.md.
 """
 
 from . import dh, none, secaggplus  # noqa: F401  (importing registers the protocols)

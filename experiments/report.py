@@ -460,7 +460,9 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              + (MEMORY_NOTE if _memory(t["index_policy"]).any() else "")
              + "Bytes: per client per round, counted from the serialized messages. Δ vs dense, x dense: "
              "relative to the dense baseline (no compression, no masking) of the same environment, data, model and "
-             "run length whose other settings are the line's (blank where no such run). Seconds: per round "
+             "run length, alike in every key but the codec's and the masking's (a dropout rate must match too; "
+             "blank where there is no such run). "
+             "Seconds: per round "
              "(client-side stages summed over the cohort; decode s: a masked round's server work on what it "
              "unmasked, choosing the index set and applying the sum; an unmasked round decodes each update as it "
              f"adds it, inside round s). Rounds to target: rounds up to the first with accuracy >= {target} (the "

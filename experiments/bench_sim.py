@@ -24,7 +24,13 @@ waiting for the slower worker, and the loop's bookkeeping (negative where the se
 the workers' training: cells whose replies stream).
 command_s = median wall of 9 runs of `python simulate.py` with the goal cell's settings (N = 10, mlp_small, no
 masking or compression), start to exit; command_min_s and command_max_s their range. Ray's start alone is
-bimodal here (2.2 s, or 3.2-3.6 s when its raylet misses the driver's first once-a-second poll), hence 9.
+bimodal (longer by up to a second when its raylet misses the driver's first once-a-second poll), hence 9.
+evaluate_share = evaluate_s / round_s; evaluate_worker_s = the median, over the evaluations carried by the next
+round's training call, of the workers' seconds on one (summed over workers; 0 where none is carried). The two
+Fashion-MNIST cells that evaluate every other round (R = 201) are paired round by round with the one evaluated
+only at its first and last rounds (`evaluation_share`, rounds 3..R - 1): their round_s is the mean wall of the
+rounds that do the evaluation's work, evaluate_s what evaluation adds to such a round, evaluate_share_se the
+standard error of evaluate_share, and overhead_share and rest_s are taken against that round_s.
 """
 from __future__ import annotations
 
@@ -53,8 +59,8 @@ N10_GOAL = {"clients": 10, "model": "mlp_small", "secagg": "none", "compression"
 # Evaluation's share of a real-data round: lenet on Fashion-MNIST, 100 clients, 10 a round, on the 10,000 test
 # images (skipped where the data is not installed). Three runs of one seed, so of the same cohorts, each round of
 # one paired with the same round of the others: evaluated every other round with the evaluation carried by the
-# next round's training (the default), the same with the evaluation after its own round (the baseline, as before
-# `fl.eval_overlap`), and evaluated only at the first and last rounds (`evaluation_share` says how they combine).
+# next round's training (the default), the same with the evaluation after its own round (the baseline,
+# `fl.eval_overlap=false`), and evaluated only at the first and last rounds (`evaluation_share` says how they combine).
 FMNIST_EVAL = {"clients": 100, "clients_per_round": 10, "model": "lenet", "dataset": "fashion_mnist",
                "secagg": "none", "compression": "none", "rounds": 201, "seed": 0, "extra": "fl.local_epochs=1"}
 FMNIST_RUNS = {"carried": " fl.eval_every=2", "after": " fl.eval_every=2 fl.eval_overlap=false",
@@ -369,7 +375,8 @@ def goals(table: pd.DataFrame) -> list[str]:
                      f"{verdict(c.evaluate_share <= 0.15)} |")
     n10 = pick(**N10_GOAL)
     if n10 is not None and "command_s" in n10 and pd.notna(n10.command_s):
-        lines.append(f"| N = 10, 5 rounds, Ray start included: <= 8 s wall | `python simulate.py` start to exit "
+        lines.append(f"| N = 10, {int(n10.rounds)} rounds, Ray start included: <= 8 s wall | "
+                     "`python simulate.py` start to exit "
                      f"{n10.command_s:.1f} s (median of 9, {n10.command_min_s:.1f}-{n10.command_max_s:.1f} s; "
                      f"fl.run alone {n10.run_s:.1f} s in one cold process of its own, not one of the 9, of which "
                      f"Ray start and worker start-up {n10.first_round_s:.1f} s to the end of round 1) | "

@@ -137,7 +137,7 @@ def measure(overrides: list[str], modes: list[str], tmp: Path, repeats: int = 1)
 
 def sweep_modes(text: str) -> list[str]:
     """--modes: known modes, each once, inline among them; put first, since `measure` compares every cell and
-    wall with the first mode's (without inline a mode was reported equal to itself, at 1.00x)."""
+    wall with the first mode's (without inline, the first mode would be reported equal to itself, at 1.00x)."""
     given = text.split(",")
     if not given or set(given) - set(MODES) or len(set(given)) < len(given) or "inline" not in given:
         raise argparse.ArgumentTypeError(f"{text!r}: expected distinct modes of {', '.join(MODES)}, inline among them")

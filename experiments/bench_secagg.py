@@ -249,7 +249,8 @@ def markdown(df: pd.DataFrame, cmd: str, budget: float) -> str:
            f"Regenerate: `{cmd}`", "",
            f"Machine: {machine()}.", "",
            "Client: one representative client timed through all four steps (wire decode + state machine +",
-           "wire encode; median of several runs), against n - 1 stub peers that only encrypt a share pair for it",
+           "wire encode; each step the median of several runs, client s their sum), against n - 1 stub peers that",
+           "only encrypt a share pair for it",
            "(timing all n clients at n = 1000 would cost minutes per cell and measure the same code); client bytes",
            "are its own upload (up) and what the server sends it (down). Server: a full round with all n clients",
            "simulated in one process, only the server's calls timed (decode, state machine, encode), its sum checked",
@@ -283,7 +284,7 @@ def markdown(df: pd.DataFrame, cmd: str, budget: float) -> str:
                     for r in cells.itertuples()]
     clients = df[(df["protocol"] == "dh") & (df["side"] == "client") & (df["dropout"] == 0)]
     out += ["", "'protocol B up' is the client's upload other than the masked vector (AdvertiseKeys, ShareKeys,",
-            "UnmaskResponse); the full graph's target was about 64 + 150 (n - 1)."
+            "UnmaskResponse); the full graph's target is about 64 + 150 (n - 1)."
             + (" Measured (dh, no dropout):" if len(clients) else ""), ""]
     for n in sorted(clients["n"].unique()):
         c = clients[clients["n"] == n]

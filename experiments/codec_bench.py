@@ -7,8 +7,8 @@ Workloads (float32, seeded standard normal):
   100x(10,1000)             the older framework's: 100 arrays of shape (10, 1000) sent as one update, as
                             it sent them (weights_to_parameters packs all arrays into one Parameters
                             message) and as fedsqueeze sends a model's update: one flat vector of 10^6,
-                            one message. Top-k at ratio 0.5 there: compress 0.0526 s, serialize 0.664 s,
-                            decompress 0.0364 s, deserialize 0.235 s, total 0.907 s.
+                            one message. Its reported top-k seconds at ratio 0.5 (on its own machine) are
+                            `OLDER`; the table sets this run's beside them.
   100x(10,1000) separately  the same arrays, each its own message (100 selections, 100 wire frames):
                             shows the per-message cost
   1x1e7                     one model-sized vector of 10^7 entries, to show how the cost grows
@@ -46,6 +46,7 @@ from fl.environment import cpu_model
 
 RATIOS = (0.5, 0.1, 0.01, 0.001)
 STAGES = ("compress", "serialize", "deserialize", "decompress", "total")
+# the older framework's top-k (ratio 0.5, one message) as it reported it on its machine: not measured here
 OLDER = {"compress": 0.0526, "serialize": 0.664, "deserialize": 0.235, "decompress": 0.0364, "total": 0.907}
 ONE = "100x(10,1000)"
 SEPARATE = "100x(10,1000) separately"

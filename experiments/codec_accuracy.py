@@ -5,7 +5,7 @@ rotation) and top-k also under masking.
 
 digits, 10 IID clients, 20 rounds, mlp_large, seeds 0-2, no masking unless said, each codec on both sides
 with its own config (`conf/compression/<codec>.yaml`: qsgd does not compress the broadcast), error
-feedback on for biased codecs. Dense codecs (fp16, int8, qsgd) ignore the ratio.
+feedback on for biased codecs. Dense codecs (fp16, int8, qsgd, rotation) ignore the ratio.
 """
 from __future__ import annotations
 

@@ -57,8 +57,9 @@ def main(argv=None):
                 command,
                 "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 rounds, "
                 f"ratio {args.ratio}, client and server top-k, `dh` masking with the `fresh` index set: a first masked "
-                "exchange of each client's block energies (sums of squares of its error-corrected update per block "
-                "of consecutive entries, quantized to the stated bits), the heaviest blocks taken whole as the "
+                "exchange of each client's block energies (sums of squares of its error-corrected update, or of its "
+                "update where a line says no EF, per block of consecutive entries, quantized to the stated bits), "
+                "the heaviest blocks taken whole as the "
                 "round's k positions, or of its marginals (the energies of each weight tensor's rows and columns), "
                 "the k entries of largest estimated energy; a second masked exchange of the values there. Final "
                 "accuracy, mean ± std over "

@@ -5,9 +5,10 @@
 
 A run directory holds the cell's config.json and rounds.csv. `--rounds R` reruns only the first R rounds
 (a round's result does not depend on how many follow, except that the last is always evaluated) and
-compares those. Exits non-zero if accuracy, loss or any byte count differs. Rows agree bit for bit only on the
-CPU that recorded them (its `env_cpu`): another CPU's vector kernels round float sums differently, which moves
-accuracy and loss, and through the chosen positions a top-k message's bytes; a difference on another CPU is named so.
+compares those. Exits non-zero if accuracy, loss, any byte count, the count of catch-ups, rejected or dropped
+clients, or whether the round aborted differs (`COMPARED`). Rows agree bit for bit only on the CPU that recorded
+them (its `env_cpu`): another CPU's vector kernels round float sums differently, which moves accuracy and loss,
+and through the chosen positions a top-k message's bytes; a difference on another CPU is named so.
 
 One rule changed how bytes are counted since results were first committed: rows recorded before commit
 8000978 charged a client's dense catch-up at round 0's broadcast length rather than the catch-up message's

@@ -4,8 +4,9 @@
 
 Each round a client adds a fresh seeded standard-normal update (n entries, float32) to its residual, encodes
 the sum with the codec and keeps what the server did not receive (compression.ErrorFeedback). Printed: the
-residual's norm over one update's norm at rounds 10 to `rounds`, and the same for a client that sends nothing
-(its residual is every update so far: sqrt(round)). A contraction (top-k) settles; a codec whose decoded values
+residual's norm over sqrt(n), an update's expected norm, at rounds 10, 50, 100, ... 1600 up to `rounds` and at
+`rounds`, and the same for a client that sends nothing (its residual is every update so far: sqrt(round), not
+simulated). A contraction (top-k) settles; a codec whose decoded values
 carry an estimation error (the count sketch's heavy hitters) puts that error back into the residual each round,
 so its residual keeps growing. Prints a markdown table; writes nothing.
 """
@@ -23,7 +24,8 @@ CHECKPOINTS = (10, 50, 100, 200, 400, 800, 1600)
 
 
 def growth(codec, n: int, rounds: int, seed: int) -> dict[int, float]:
-    """Residual norm / update norm at each checkpoint up to `rounds`."""
+    """Residual norm / sqrt(n) (a standard-normal update's expected norm) at each checkpoint up to `rounds`, and
+    at `rounds`."""
     rng, feedback, residual, out = np.random.default_rng(seed), compression.ErrorFeedback(codec), None, {}
     for r in range(1, rounds + 1):
         _, residual = feedback.encode(rng.standard_normal(n).astype(np.float32), residual)

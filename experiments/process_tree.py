@@ -2,6 +2,8 @@
 counted once across the tree) with what each process held at that moment, and its start-up and exit.
 
     python -m experiments.process_tree [simulate.py overrides ...]   # prints them (JSON) for one run
+
+The run is `CELL` (50 clients, 5 rounds, mlp_small, Ray) with the overrides given after it. MB are MiB (2^20 bytes).
 """
 from __future__ import annotations
 

@@ -26,8 +26,8 @@ def together(*paths: Path):
 
 def table_file(out, suffix: str) -> Path:
     """The file `<out><suffix>` of a table written to --out `out`. An `out` ending in .md or .csv has that suffix
-    swapped; any other dot is part of the name (with_suffix turned `--out results/budget_0.015` into
-    results/budget_0.md, where `--out results/budget_0.01` wrote too)."""
+    swapped; any other dot is part of the name (Path.with_suffix would make `--out results/budget_0.015` write
+    results/budget_0.md, the file `--out results/budget_0.01` writes too)."""
     out = Path(out)
     if out.suffix in (".md", ".csv"):
         out = out.with_suffix("")

@@ -90,7 +90,8 @@ def main(argv=None):
                command,
                "digits, 10 IID clients (all per round), 20 rounds, mlp_large (501,270 parameters), client and "
                "server top-k with error feedback, index policy `fresh`; final accuracy, mean ± std over seeds "
-               f"{', '.join(map(str, args.seeds))}; bytes are run totals counted from the serialized messages. "
+               f"{', '.join(map(str, args.seeds))}; bytes are run totals (mean over seeds) counted from the serialized "
+               "messages. "
                "Every masked value is quant_bits signed bits; the field adds ceil(log2 10) = 4 so that the sum of "
                "10 clients cannot wrap; the masked upload per element is (quant_bits + 4) / 8 bytes. The first "
                "exchange's summary (each weight matrix's row and column energies) is quantized to quant_bits too, "

@@ -64,7 +64,8 @@ def main(argv=None):
                 "the k entries of largest estimated energy; a second masked exchange of the values there. Final "
                 "accuracy, mean ± std over "
                 f"seeds {', '.join(map(str, args.seeds))} (the last round of a 2-class-shards run moves by several "
-                "points from round to round); bytes are run totals counted from the serialized messages."))
+                "points from round to round); bytes are run totals (mean over seeds) counted from the serialized "
+                "messages."))
     return table
 
 

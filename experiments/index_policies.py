@@ -74,9 +74,9 @@ def main(argv=None):
                 f"{p['setting']}, client and server top-k with error feedback; final accuracy, mean ± std over "
                 f"seeds {', '.join(map(str, seeds))}; bytes are run totals (mean over seeds) counted from the "
                 "serialized messages, accuracy and upload against the dense row of the same partition; s / round is "
-                "the median wall time of "
-                "rounds 2 on (one process, one core), mean over seeds. Masked values travel in the narrowest field that cannot "
-                "wrap (secagg.bits: 20 bits for 10 clients of 16-bit values); `fresh` masks twice a round."))
+                "the median wall time of rounds 2 on (one process, one core), mean over seeds. Masked values travel "
+                "in the narrowest field that cannot wrap (secagg.bits: 20 bits for 10 clients of 16-bit values); "
+                "`fresh` masks twice a round."))
     return table
 
 

@@ -208,3 +208,17 @@ def test_a_single_runs_start_up_exit_and_peak_are_taken_from_its_clock_and_done_
     assert out == {"wall_s": 12.0, "startup_s": 6.0, "rounds_s": 2.0, "exit_s": 4.0, "startup_exit_per_rounds": 5.0,
                    "peak_tree_pss_mb": 1024.0, "processes": 3,
                    "held_mb": {"driver (simulate.py)": [512], "worker": [256, 256]}}
+
+
+def test_the_process_trees_peak_is_judged_in_the_binary_units_it_is_measured_in():
+    """PSS is read in MiB: the 1.2 GB bound is 1.2 GiB, as the 4 GB bound of the N = 1000 cells is 4 GiB, and the
+    line gives the decimal bytes too (it compared MiB with 1200, a bound in neither unit)."""
+    import pandas as pd
+
+    from experiments.bench_sim import sweep_goals
+
+    none = pd.DataFrame({"sweep": []})
+    (line,) = sweep_goals({"peak_tree_pss_mb": 1210.0}, none)
+    assert line.endswith("| 1210 MB (1.27 x 10^9 bytes) | met |")
+    (line,) = sweep_goals({"peak_tree_pss_mb": 1229.0}, none)
+    assert line.endswith("| **missed** |")

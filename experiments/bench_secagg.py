@@ -286,10 +286,15 @@ def markdown(df: pd.DataFrame, cmd: str, budget: float) -> str:
     out += ["", "'protocol B up' is the client's upload other than the masked vector (AdvertiseKeys, ShareKeys,",
             "UnmaskResponse); the full graph's target is about 64 + 150 (n - 1)."
             + (" Measured (dh, no dropout):" if len(clients) else ""), ""]
+    previous = None  # (n, bytes) of the last line: the cost of each peer added since is their slope
     for n in sorted(clients["n"].unique()):
         c = clients[clients["n"] == n]
         up = int(c[c["step"] == "total"]["bytes_up"].iloc[0] - c[c["step"] == "masked_input"]["bytes_up"].iloc[0])
-        out.append(f"- n = {n}: {up} bytes = 112 + {(up - 112) / (n - 1):.1f} (n - 1); target {64 + 150 * (n - 1)}")
+        target = 64 + 150 * (n - 1)
+        added = f"; {(up - previous[1]) / (n - previous[0]):.1f} bytes per peer added since n = {previous[0]}" \
+            if previous else ""
+        out.append(f"- n = {n}: {up} bytes, target {target} ({up / target:.2f}x){added}")
+        previous = (n, up)
     out += ["",
             "Goals (n = 100, length 1e6, full graph): server <= 1 s and each client <= 0.6 s per round without",
             "dropout; server <= 6 s with 10% dropout."]

@@ -1,6 +1,7 @@
 """experiments.bench_secagg's figures on a tiny grid with a clock that ticks one second a call: what the server sends
 and receives against what one client does, the table's columns against the rows, and the budget's estimate."""
 import itertools
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -42,7 +43,7 @@ def test_the_server_moves_what_its_clients_do_and_the_table_shows_the_rows(tmp_p
                 f"{survivors}.000 | {p.bytes_up / 1e3:.1f} |") in lines
     up = rows[(rows.dropout == 0) & (rows.side == "client")].set_index("step").bytes_up
     protocol_up = up["total"] - up["masked_input"]
-    assert f"- n = 4: {protocol_up} bytes = 112 + {(protocol_up - 112) / 3:.1f} (n - 1); target {64 + 150 * 3}" in lines
+    assert f"- n = 4: {protocol_up} bytes, target 514 ({protocol_up / 514:.2f}x)" in lines
 
 
 def test_a_server_cell_is_skipped_when_n_clients_at_the_measured_clients_seconds_exceed_the_budget(tmp_path, ticking):
@@ -53,3 +54,14 @@ def test_a_server_cell_is_skipped_when_n_clients_at_the_measured_clients_seconds
     assert server.note.iloc[0] == ("skipped: simulating all 4 clients would take about 16 s (4 x 4.00 s per client) > "
                                    "budget 10 s")
     assert "| dh | 4 | 2e1 | 0 | 4.000 |" in (tmp_path / "t.md").read_text()
+
+
+def test_the_protocol_bytes_lines_give_each_added_peers_cost_from_the_committed_rows():
+    """A line per n: the client's protocol upload, the target and, from the second n on, the bytes each peer added
+    since the previous n costs (it read 112 + x (n - 1), as if all but AdvertiseKeys grew with n: 172.9 a peer at
+    n = 10, where each costs about 158)."""
+    rows = pd.read_csv(Path(__file__).resolve().parents[1] / "results" / "bench_secagg.csv")
+    lines = bench_secagg.markdown(rows, "cmd", 240.0).splitlines()
+    assert "- n = 10: 1668 bytes, target 1414 (1.18x)" in lines
+    assert "- n = 100: 15888 bytes, target 14914 (1.07x); 158.0 bytes per peer added since n = 10" in lines
+    assert "- n = 1000: 159836 bytes, target 149914 (1.07x); 159.9 bytes per peer added since n = 100" in lines

@@ -393,7 +393,7 @@ OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ fr
                "pool with them, named on every line of the same data, model and run length. ")
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid); clipped / "
              "round: updates scaled down to `fl.max_update_norm`; aborted rounds: rounds not applied (too few "
-             "survivors, or a protocol check failed: each run's log says which); means over seeds. ")
+             "survivors, or a failed protocol check); means over seeds. ")
 
 
 BROADCAST_NOTE = ("EF: the clients' residuals; `server` on a line whose positions say `compressed broadcast`: the "

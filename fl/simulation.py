@@ -121,6 +121,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             if plan.masked:
                 if not masked.run(server, pool, tally, r, chash, cohort, by_worker, delivery, log.run_id, carried):
                     server.aborted(r)
+                    timeline.setdefault("aborted", []).append([r, tally.aborted_why])  # the rows say only that
             else:
                 plain.run(server, pool, tally, r, by_worker, delivery, carried)
             if stats["t_train"] > 0:
@@ -332,7 +333,7 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
         tail = slice(len(rows) - stalled, None)
         why = []
         if n := int(aborted.iloc[tail].sum()):
-            why.append(f"{n} aborted: too few survivors or a failed protocol check (each round's `aborted` line says "
+            why.append(f"{n} aborted: too few survivors or a failed protocol check (done.json's `aborted` says "
                        "which; the dropped_* and rejected columns, which clients were lost)")
         if n := int(refused.iloc[tail].sum()):
             why.append(f"in {n} every client's update that arrived was refused (the log's `rejected` lines say why)")

@@ -23,6 +23,7 @@ class Tally:
         if self.peaks:
             self.stats["worker_peak_mb"] = max(self.peaks.values())
         self.up_payload = self.up_protocol = self.up_sketch = 0
+        self.aborted_why: str | None = None  # a masked round that aborted: why (done.json keeps it)
 
     def timed(self, key: str, fn, *args):
         t0 = time.perf_counter()

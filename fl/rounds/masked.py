@@ -456,7 +456,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
             _unmask(steps, tally, second, 1, "unmask", same_as=survivors if sketch.linear else None)
             values, weight, cells = tally.timed("t_unmask", second.result)
     except secagg.RoundAborted as err:  # nothing applied (and below t nothing unmasked); the run goes on
-        tally.row["aborted"] = True
+        tally.row["aborted"], tally.aborted_why = True, str(err)
         tqdm.write(f"round {r}: aborted: {err}")
         applied = False
     else:

@@ -511,6 +511,10 @@ def test_a_masked_run_whose_last_rounds_aborted_says_so_when_it_ends(tmp_path, c
     err = capsys.readouterr().err
     assert "warning: the last 4 of 6 rounds applied no update (4 aborted: too few survivors" in err
     assert "the final model is round 1's" in err and "lower fl.lr" in err and "every round aborted" not in err
+    (done,) = tmp_path.glob("**/done.json")  # the rows say only that a round aborted; done.json says why
+    aborted = json.loads(done.read_text())["aborted"]
+    assert [r for r, _ in aborted] == [2, 3, 4, 5]
+    assert all(why.startswith("round aborted: 0 clients sent masked input, fewer than t=3") for _, why in aborted)
 
 
 def test_a_run_whose_every_update_was_rejected_says_so_when_it_ends(tmp_path, capsys):

@@ -175,6 +175,34 @@ def check_switches(overrides: list[str]) -> None:
             check_switch(o.key_or_group, o.value())
 
 
+def check_preset_switches(choices: dict, config_dirs: list[str], config_name: str = "config") -> None:
+    """check_switch for the switches a composed config's YAML files set themselves (the primary config and each
+    chosen group option, `choices` as Hydra records them, found under `config_dirs`): the schema reads
+    `client: 2` in a preset as true, as it does on the command line. Read as written: an interpolation is left
+    to the schema."""
+    files = [("", f"{config_name}.yaml")] + [(group, f"{group}/{option}.yaml") for group, option in choices.items()
+                                             if isinstance(option, str) and not group.startswith("hydra")]
+    for group, name in files:
+        path = next((Path(d) / name for d in config_dirs if (Path(d) / name).is_file()), None)
+        if path is None:
+            continue
+        text = path.read_text()
+        header = re.search(r"^#\s*@package\s+(\S+)", text, re.M)
+        package = header.group(1) if header else group.replace("/", ".")
+        node = OmegaConf.to_container(OmegaConf.create(text or "{}"), resolve=False)
+        package = group.replace("/", ".") if package == "_group_" else "" if package == "_global_" else package
+        for key in SWITCHES:
+            if package and not key.startswith(package + "."):
+                continue
+            parts = key[len(package) + 1:].split(".") if package else key.split(".")
+            value = functools.reduce(lambda d, k: d.get(k) if isinstance(d, dict) else None, parts, node)
+            if value is not None:
+                try:
+                    check_switch(key, value)
+                except ConfigError as err:
+                    raise ConfigError(f"{path}: {err}") from None
+
+
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
 CONV_MODELS = ("lenet", "cnn_wide")  # read model.padding (fl.models.convnet)

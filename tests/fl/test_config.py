@@ -616,6 +616,38 @@ def test_a_config_given_as_the_dataclass_refuses_a_number_other_than_0_or_1_give
     assert validate(Config(compression=CompressionConfig(client=0))).compression.client is False
 
 
+@pytest.mark.parametrize("name,text,bad", [
+    ("experiment/mine.yaml", "# @package _global_\ncompression:\n  client: 2\n", "compression.client"),
+    ("compression/mine.yaml", "name: topk\nserver: 3\n", "compression.server"),  # the group's own package
+    ("dataset/mine.yaml", "# @package _group_\nname: digits\ndownload: -1\n", "dataset.download"),
+    ("config.yaml", "fl:\n  eval_overlap: 2\n", "fl.eval_overlap"),
+])
+def test_a_number_other_than_0_or_1_given_to_a_switch_in_a_composed_yaml_file_is_refused_naming_it(
+        tmp_path, name, text, bad):
+    """The schema reads `client: 2` in a preset as true, as it does on the command line (which was checked)."""
+    from fl.config import check_preset_switches
+
+    (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / name).write_text(text)
+    group, _, option = name.removesuffix(".yaml").rpartition("/")
+    choices = {group: option} if group else {}
+    with pytest.raises(ConfigError, match=f"{tmp_path / name}: {bad} is a switch: true or false, got (2|3|-1)$"):
+        check_preset_switches(choices, ["/nowhere", str(tmp_path)])
+    (tmp_path / name).write_text(text.replace(" 2\n", " true\n").replace(" 3\n", " 0\n").replace(" -1\n", " no\n"))
+    check_preset_switches(choices, [str(tmp_path)])
+
+
+def test_a_preset_with_a_switch_of_2_is_refused_where_it_is_composed(tmp_path):
+    """Through fl.compose (and so python simulate.py), a preset found on a search path of the user's own."""
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ncompression:\n  error_feedback: 2\n")
+    with pytest.raises(ConfigError, match="mine.yaml: compression.error_feedback is a switch: true or false, got 2"):
+        fl.compose([f"hydra.searchpath=[file://{tmp_path}]", "+experiment=mine"])
+    (tmp_path / "experiment" / "mine.yaml").write_text("# @package _global_\ncompression:\n  error_feedback: "
+                                                      "${compression.client}\n")  # interpolations: the schema's
+    assert fl.compose([f"hydra.searchpath=[file://{tmp_path}]", "+experiment=mine"]).compression.error_feedback
+
+
 @pytest.mark.parametrize("value,means", [("true", True), ("0", False), ("1", True), ("no", False), ("on", True)])
 def test_a_switch_takes_true_false_0_1_and_omegaconfs_words(value, means):
     assert validate(fl.compose(["secagg=none", f"compression.client={value}"])).compression.client is means

@@ -422,8 +422,7 @@ def _check_compression(c):
         raise ConfigError(f"compression.options.seed=null draws the {c.compression.name!r} codec's randomness from "
                           "the OS: a run would not repeat under its config hash (and a rerun is skipped as finished); "
                           "give a non-negative integer")
-    uploads = c.compression.client and c.compression.name != "none"  # clients' updates compressed
-    linear = uploads and getattr(codec, "linear", False)
+    uploads, linear = _client_codec(c, codec)
     if f.aggregation == "memory" and linear and secagg.get(c.secagg.name).masks:
         raise ConfigError(f"fl.aggregation=memory cannot run with the linear codec {c.compression.name!r} under "
                           "masking: the server decodes the summed table, and no client knows its own share of what "
@@ -476,11 +475,16 @@ def _check_compression(c):
     return codec
 
 
+def _client_codec(c, codec) -> tuple[bool, bool]:
+    """Whether clients compress their updates, and whether with a linear codec (masked as a table)."""
+    uploads = c.compression.client and c.compression.name != "none"
+    return uploads, bool(uploads and getattr(codec, "linear", False))
+
+
 def _check_secagg(c, codec) -> None:
     """Masking: the cohort, the field widths and scales the masked parts need, threshold and degree."""
     f = c.fl
-    uploads = c.compression.client and c.compression.name != "none"
-    linear = uploads and getattr(codec, "linear", False)
+    uploads, linear = _client_codec(c, codec)
     sq = c.compression.sketch_quant_bits
     if not 0 <= c.secagg.dropout < 1:  # every protocol: a plain round's clients vanish before their upload
         raise ConfigError(f"secagg.dropout must be in [0, 1), got {c.secagg.dropout}")

@@ -175,11 +175,20 @@ def check_switches(overrides: list[str]) -> None:
             check_switch(o.key_or_group, o.value())
 
 
+def _check_switches_in(tree) -> None:
+    """check_switch for each switch a config-shaped dict sets (a hand-built or loaded config's own values)."""
+    for key in SWITCHES if isinstance(tree, dict) else ():
+        *sections, name = key.split(".")
+        node = functools.reduce(lambda d, k: d.get(k) if isinstance(d, dict) else None, sections, tree)
+        if isinstance(node, dict) and name in node:
+            check_switch(key, node[name])
+
+
 def check_preset_switches(choices: dict, config_dirs: list[str], config_name: str = "config") -> None:
-    """check_switch for the switches a composed config's YAML files set themselves (the primary config and each
-    chosen group option, `choices` as Hydra records them, found under `config_dirs`): the schema reads
-    `client: 2` in a preset as true, as it does on the command line. Read as written: an interpolation is left
-    to the schema."""
+    """_check_switches_in for the YAML files a composed config was made of (the primary config and each chosen
+    group option, `choices` as Hydra records them, found under `config_dirs`), each placed at its package: the
+    schema reads `client: 2` in a preset as true, as it does on the command line. Read as written: an
+    interpolation is left to the schema."""
     files = [("", f"{config_name}.yaml")] + [(group, f"{group}/{option}.yaml") for group, option in choices.items()
                                              if isinstance(option, str) and not group.startswith("hydra")]
     for group, name in files:
@@ -188,19 +197,15 @@ def check_preset_switches(choices: dict, config_dirs: list[str], config_name: st
             continue
         text = path.read_text()
         header = re.search(r"^#\s*@package\s+(\S+)", text, re.M)
-        package = header.group(1) if header else group.replace("/", ".")
-        node = OmegaConf.to_container(OmegaConf.create(text or "{}"), resolve=False)
-        package = group.replace("/", ".") if package == "_group_" else "" if package == "_global_" else package
-        for key in SWITCHES:
-            if package and not key.startswith(package + "."):
-                continue
-            parts = key[len(package) + 1:].split(".") if package else key.split(".")
-            value = functools.reduce(lambda d, k: d.get(k) if isinstance(d, dict) else None, parts, node)
-            if value is not None:
-                try:
-                    check_switch(key, value)
-                except ConfigError as err:
-                    raise ConfigError(f"{path}: {err}") from None
+        package = header.group(1) if header else "_group_"
+        package = {"_group_": group.replace("/", "."), "_global_": ""}.get(package, package)
+        tree = OmegaConf.to_container(OmegaConf.create(text or "{}"), resolve=False)
+        for section in reversed(package.split(".") if package else []):
+            tree = {section: tree}
+        try:
+            _check_switches_in(tree)
+        except ConfigError as err:
+            raise ConfigError(f"{path}: {err}") from None
 
 
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
@@ -264,12 +269,7 @@ def _typed(cfg: DictConfig | Config) -> DictConfig:
     except Exception as err:  # OmegaConf names the key on a later line, dropped here: put it first
         key, first = getattr(err, "full_key", ""), str(err).splitlines()[0]
         raise ConfigError(f"{key}: {first}" if key else first) from None
-    given = asdict(plain) if is_dataclass(plain) else plain  # a Config's fields hold what they were given: client=2
-    for key in SWITCHES if isinstance(given, dict) else ():  # a hand-built or loaded config's own values
-        *sections, name = key.split(".")
-        node = functools.reduce(lambda d, k: d.get(k) if isinstance(d, dict) else None, sections, given)
-        if isinstance(node, dict) and name in node:
-            check_switch(key, node[name])
+    _check_switches_in(asdict(plain) if is_dataclass(plain) else plain)  # a Config's fields hold what they were given
     return typed
 
 

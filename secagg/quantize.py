@@ -93,7 +93,8 @@ class FixedPointQuantizer:
 
     def lift(self, x: np.ndarray) -> np.ndarray:
         """Field elements (a single vector or a sum of up to max_clients, any representative mod 2^bits) as the
-        signed integers in [-(2^(bits-1) - 1), 2^(bits-1) - 1] they stand for (int64, exact)."""
+        signed integers they stand for (int64, exact): the representative in [-2^(bits-1), 2^(bits-1) - 1]. A valid
+        sum lies within +-(2^(bits-1) - 1), so the lowest residue stands for nothing the clients sent."""
         x = np.asarray(x)
         if x.dtype != np.uint32:
             raise ValueError(f"dequantize expects uint32 field elements, got {x.dtype}")

@@ -54,3 +54,9 @@ def command_line(module: str, argv) -> str:
     """`python -m <module> <args>` as the table records it (without --force)."""
     args = sys.argv[1:] if argv is None else list(argv)
     return " ".join(["python -m " + module, *(a for a in args if a != "--force")])
+
+
+def number_range(values) -> str:
+    """Integers as a table's text: 0, 1, 2, 3, 4 -> '0-4' (three or more consecutive), others listed: '0, 1', '0, 2'."""
+    v = sorted({int(x) for x in values})
+    return f"{v[0]}-{v[-1]}" if len(v) > 2 and v == list(range(v[0], v[-1] + 1)) else ", ".join(map(str, v))

@@ -29,7 +29,7 @@ import pandas as pd  # noqa: E402
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
 from fl.results import COLUMNS, ID_COLUMNS, finished, read_rows  # noqa: E402
 from experiments.args import accuracy, summary  # noqa: E402
-from experiments.outputs import check_target, command_line, together  # noqa: E402
+from experiments.outputs import check_target, command_line, number_range, together  # noqa: E402
 from experiments import hosts  # noqa: E402
 from experiments.grid import accuracy_cell  # noqa: E402
 
@@ -434,17 +434,14 @@ def scope(rows: pd.DataFrame) -> str:
     def listed(values) -> str:
         return ", ".join(str(v) for v in sorted(set(values)))
 
-    def numbers(values) -> str:  # 0, 1, 2, 3, 4 -> 0-4
-        v = sorted({int(x) for x in values})
-        return f"{v[0]}-{v[-1]}" if len(v) > 2 and v == list(range(v[0], v[-1] + 1)) else ", ".join(map(str, v))
-
     runs = _first_rows(rows)
     data = "; ".join(f"{d} ({listed(g['partition'])})" for d, g in runs.groupby("dataset"))
     people = "; ".join(f"{n} clients, {c} a round" if c < n else f"{n} clients, all every round"
                        for n, c in sorted(set(zip(runs["num_clients"], runs["clients_per_round"])))) \
         if {"num_clients", "clients_per_round"} <= set(runs) else ""  # rows written before the cohort was a column
-    return " · ".join(part for part in (data, listed(runs["model"]), people, f"{numbers(runs['length'])} rounds",
-                                        f"seed{'s' * (runs['seed'].nunique() > 1)} {numbers(runs['seed'])}") if part)
+    seeds = f"seed{'s' * (runs['seed'].nunique() > 1)} {number_range(runs['seed'])}"
+    return " · ".join(part for part in (data, listed(runs["model"]), people, f"{number_range(runs['length'])} rounds",
+                                        seeds) if part)
 
 
 def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: str, code: str = "",

@@ -3,6 +3,7 @@ plan records them), one dense baseline, and the table describes its setting."""
 import math
 
 import pandas as pd
+import pytest
 
 import fl
 from experiments import codec_accuracy
@@ -26,17 +27,53 @@ def test_each_line_runs_the_codec_masking_and_error_feedback_its_label_names():
     assert set(codec_accuracy.compression.names()) - {"none"} <= set(seen)  # every registered codec has its line
 
 
-def test_the_table_describes_the_setting_under_the_command_that_makes_it(tmp_path, monkeypatch):
-    def run_grid(settings, seeds, backend, runs_dir):
-        return pd.DataFrame([{"setting": label, "seed": seed, "partition": "iid", "host": "cpu",
-                              "compression": "none" if label == codec_accuracy.DENSE else label.split()[0],
-                              "ratio": 0.01, "secagg": "dh" if "secagg=dh" in overrides else "none",
-                              "policy_ran": "p", "accuracy": 0.9, "bytes_up": 1e6, "bytes_down": 1e6,
-                              "s_per_round": 0.1} for label, overrides in settings for seed in seeds])
+def test_the_fmnist_preset_runs_every_line_at_federated_scale_on_real_data():
+    preset = codec_accuracy.PRESETS["fmnist"]
+    digits = dict(codec_accuracy.settings(0.01))
+    lines = dict(codec_accuracy.settings(0.01, preset["base"]))
+    assert list(lines) == list(digits)  # the same lines, each with the preset's setting before its own overrides
+    for label, overrides in lines.items():
+        assert overrides == [*preset["base"], *digits[label]]
+        cfg = validate(fl.compose(overrides))
+        assert (cfg.dataset.name, cfg.dataset.partition, cfg.dataset.alpha, cfg.model.name) == \
+            ("fashion_mnist", "dirichlet", 0.5, "lenet"), label
+        assert (cfg.fl.num_clients, cfg.fl.clients_per_round, cfg.fl.rounds) == (100, 10, 50), label
+    assert preset["runs_dir"].startswith("results/fmnist/")  # committed beside the other Fashion-MNIST runs
 
-    monkeypatch.setattr(codec_accuracy, "run_grid", run_grid)
+
+def _fake_grid(settings, seeds, backend, runs_dir):
+    return pd.DataFrame([{"setting": label, "seed": seed, "partition": "iid", "host": "cpu",
+                          "compression": "none" if label == codec_accuracy.DENSE else label.split()[0],
+                          "ratio": 0.01, "secagg": "dh" if "secagg=dh" in overrides else "none",
+                          "policy_ran": "p", "accuracy": 0.9, "bytes_up": 1e6, "bytes_down": 1e6,
+                          "s_per_round": 0.1} for label, overrides in settings for seed in seeds])
+
+
+def test_the_table_describes_the_setting_under_the_command_that_makes_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(codec_accuracy, "run_grid", _fake_grid)
     codec_accuracy.main(["--seeds", "0", "--out", str(tmp_path / "t")])
     md = (tmp_path / "t.md").read_text()
     assert md.startswith("# Every codec at ratio 0.01 against dense\n\nRegenerate: `python -m "
                          f"experiments.codec_accuracy --seeds 0 --out {tmp_path / 't'}`\n\ndigits, 10 IID clients, 20 "
-                         "rounds, mlp_large,")
+                         "rounds, mlp_large, seeds 0, no masking")  # the seeds that ran, not the default's 0-2
+
+
+@pytest.mark.parametrize("argv, setting", [
+    ([], "digits, 10 IID clients, 20 rounds, mlp_large, seeds 0-2, no masking unless said, each codec on both sides\n"
+         "with its own config"),
+    (["--preset", "fmnist", "--seeds", "3", "4", "5", "6"],
+     "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, Dirichlet 0.5, 1 local epoch, 50 rounds, "
+     "seeds 3-6, no masking unless said"),
+])
+def test_each_preset_describes_its_setting_and_seeds(tmp_path, monkeypatch, argv, setting):
+    ran = {}
+
+    def grid(settings, seeds, backend, runs_dir):
+        ran.update(seeds=seeds, runs_dir=runs_dir)
+        return _fake_grid(settings, seeds, backend, runs_dir)
+
+    monkeypatch.setattr(codec_accuracy, "run_grid", grid)
+    codec_accuracy.main([*argv, "--out", str(tmp_path / "t")])
+    assert (tmp_path / "t.md").read_text().split("\n\n")[2].startswith(setting)  # the paragraph after the command
+    preset = codec_accuracy.PRESETS["fmnist" if argv else "digits"]
+    assert ran == {"seeds": [3, 4, 5, 6] if argv else [0, 1, 2], "runs_dir": preset["runs_dir"]}

@@ -25,7 +25,7 @@ PRESETS = {
                            "not compress the broadcast), error\nfeedback on for biased codecs. Dense codecs (fp16, "
                            "int8, qsgd, rotation) ignore the ratio."),
     "fmnist": dict(base=["+experiment=fmnist_table", "fl.rounds=50", "dataset.partition=dirichlet",
-                         "dataset.alpha=0.5"], seeds=[0, 1, 2], runs_dir="results/fmnist/runs_50_codecs",
+                         "dataset.alpha=0.5"], seeds=[0, 1, 2, 3, 4], runs_dir="results/fmnist/runs_50_codecs",
                    out="results/codec_accuracy_fmnist",
                    setting="Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, Dirichlet 0.5, 1 "
                            "local epoch, 50 rounds, seeds {seeds}, no masking unless said, each codec on both sides "

@@ -3,12 +3,12 @@ batches shared out by training load, the same figures as evaluating after each r
 from types import SimpleNamespace
 
 import numpy as np
-import pandas as pd
 import pytest
 from fixtures_datasets import synthetic_images, write_mnist
 
 import fl
 from fl.evaluation import CarriedEvaluation, Evaluator, balanced_ranges
+from fl.results import read_rows
 from fl.scores import n_batches
 
 
@@ -82,7 +82,7 @@ def test_carried_evaluation_gives_the_same_rows_as_evaluating_after_each_round(t
     # the config hash does not depend on when evaluation runs: both runs are one configuration
     assert carried["config_hash"].iloc[0] == after["config_hash"].iloc[0]
     # the rows written to disk are the rows returned, in round order
-    on_disk = pd.read_csv(next((tmp_path / "on").glob("*/rounds.csv")))
+    on_disk = read_rows(next((tmp_path / "on").glob("*/rounds.csv")))
     assert list(on_disk["round"]) == list(range(6))
     np.testing.assert_array_equal(on_disk["accuracy"], carried["accuracy"])
 

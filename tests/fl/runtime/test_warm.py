@@ -5,6 +5,7 @@ import pandas as pd
 import pytest
 
 import fl
+from fl.results import read_rows
 from fl.runtime import warm
 
 # what a cell computes (timings, ids and peak memory vary between any two runs)
@@ -80,7 +81,7 @@ def test_a_pool_of_another_shape_is_replaced(tmp_path, ray_session, sweep):
     rows = fl.run(fl.compose([*OTHER, "backend=ray", "ray.num_workers=1", f"results.dir={tmp_path / 'one'}"]),
                   keep_warm=True)
     assert warm._pool is not pool and len(warm._pool.workers) == 1 and pool.workers == []
-    np.testing.assert_array_equal(rows["accuracy"], pd.read_csv(next(tmp_path.glob("*/rounds.csv")))["accuracy"])
+    np.testing.assert_array_equal(rows["accuracy"], read_rows(next(tmp_path.glob("*/rounds.csv")))["accuracy"])
 
 
 def test_a_warm_pool_waits_for_each_cell_as_that_cell_says(sweep):

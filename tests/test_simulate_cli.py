@@ -83,7 +83,13 @@ def _stop_a_long_run(tmp_path, sig, after_rows: int):
     runs = tmp_path / "runs"
     args = [sys.executable, str(ROOT / "simulate.py"), "backend=inline", "model=mlp_small", "fl.rounds=400",
             "secagg=none", f"results.dir={runs}"]
-    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A shell ignores SIGINT in what it starts in the background (`pytest &`, nohup), and a child inherits that: with
+    # a handler of its own here the child starts with the default, whatever this process was given.
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_DFL if inherited is None else inherited)  # None: set outside Python
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and not any(len(p.read_text().splitlines()) > after_rows
                                                   for p in runs.glob("*/rounds.csv")):

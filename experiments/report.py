@@ -288,7 +288,7 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
                    round_trips=round_trips(run).mean(),
                    **{f"{c}_per_round": run[c].fillna(0).mean() if c in run else 0.0
                       for c in ("dropped", "rejected", "clipped")},
-                   aborted_rounds=run["aborted"].fillna(False).astype(bool).sum() if "aborted" in run else 0,
+                   aborted_rounds=run["aborted"].isin([True, "True"]).sum() if "aborted" in run else 0,
                    rounds=len(run), **{s: stage_seconds(run, s).mean() for s in STAGES + ["t_round"]})
         return pd.Series(out)
 

@@ -226,8 +226,8 @@ ID_COLUMNS = {"run_id": str, "config_hash": str, "code": str}  # hex ids: 12 dig
 def read_rows(path) -> pd.DataFrame:
     """A rounds.csv as a frame, its ids as the strings they are (pandas would read an all-digit id as a number,
     dropping a leading zero, and one like '78e506004120' as inf), its floats the values written: pandas 2 (what
-    Python 3.10 gets) parses about one float in four a unit in the last place off unless asked to round-trip,
-    which pandas 3 does by default and warns to be asked."""
+    Python 3.10 gets) parses some floats a unit in the last place off unless asked to round-trip, which pandas 3
+    does by default and warns to be asked."""
     import pandas as pd
 
     exact = {} if int(pd.__version__.split(".")[0]) >= 3 else {"float_precision": "round_trip"}

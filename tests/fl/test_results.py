@@ -307,8 +307,8 @@ def test_ids_that_look_like_numbers_read_back_as_the_strings_they_are(tmp_path):
 
 
 def test_rows_read_back_the_floats_a_run_wrote_to_the_last_bit(tmp_path):
-    """update_norm_max, losses and seconds are full-precision floats: pandas 2's default parser read about one in
-    four back a unit in the last place off, so a run's returned rows differed from the values it measured
+    """update_norm_max, losses and seconds are full-precision floats: pandas 2's default parser read some back a unit
+    in the last place off, so a run's returned rows differed from the values it measured
     (reproduce and the tests compare rows exactly). Fails on pandas 2 without the round-trip read."""
     from fl.results import COLUMNS, RunLog, read_rows
 

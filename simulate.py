@@ -16,7 +16,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from fl.config import ConfigError, check_preset_switches, check_switches, register_schema
+from fl.config import ConfigError, check_composed_switches, check_switches, register_schema
 from fl.errors import RunInProgress
 from fl.sweep import UNFINISHED, unfinished
 
@@ -32,8 +32,7 @@ def main(cfg: DictConfig) -> str | None:
     overrides = list(HydraConfig.get().overrides.task) if multirun else []
     try:
         check_switches(HydraConfig.get().overrides.task)  # what the composed config no longer shows: switch=2
-        runtime = HydraConfig.get().runtime  # and in the YAML files composed: a preset's `client: 2`
-        check_preset_switches(runtime.choices, [s.path for s in runtime.config_sources if s.schema == "file"])
+        check_composed_switches(HydraConfig.get().runtime)  # and in the YAML files composed: a preset's `client: 2`
         fl.run(cfg, keep_warm=multirun)  # a sweep's cells share one Ray and one warm pool (fl/runtime/warm.py)
     except RunInProgress as err:  # another process is running this cell into the same folder: left to it
         print(f"fedsqueeze: not run: {err}", file=sys.stderr)

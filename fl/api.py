@@ -16,7 +16,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 import compression
 import secagg
-from fl.config import ConfigError, FLConfig, check_preset_switches, check_switch, check_switches, register_schema
+from fl.config import ConfigError, FLConfig, check_composed_switches, check_switch, check_switches, register_schema
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 _FL_KEYS = {f.name for f in fields(FLConfig)}
@@ -30,8 +30,7 @@ def compose(overrides: list[str] | None = None) -> DictConfig:
     register_schema()
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=list(overrides or []), return_hydra_config=True)
-    runtime = cfg.hydra.runtime
-    check_preset_switches(runtime.choices, [s.path for s in runtime.config_sources if s.schema == "file"])
+    check_composed_switches(cfg.hydra.runtime)
     with open_dict(cfg):  # what hydra_compose returns without return_hydra_config
         del cfg["hydra"]
     return cfg

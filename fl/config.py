@@ -208,6 +208,12 @@ def check_preset_switches(choices: dict, config_dirs: list[str], config_name: st
             raise ConfigError(f"{path}: {err}") from None
 
 
+def check_composed_switches(runtime) -> None:
+    """check_preset_switches for a composed config, from its Hydra runtime (`hydra.runtime`): the chosen group
+    options and the config folders read from disk."""
+    check_preset_switches(runtime.choices, [s.path for s in runtime.config_sources if s.schema == "file"])
+
+
 MASKABLE = ("topk", "randk")  # sparsifiers that masking turns into a shared index set
 MODELS = ("mlp_small", "mlp_large", "lenet", "cnn_wide", "resnet_small")  # = fl.models.MODELS, without importing torch
 CONV_MODELS = ("lenet", "cnn_wide")  # read model.padding (fl.models.convnet)

@@ -27,16 +27,17 @@ def test_each_line_runs_the_codec_masking_and_error_feedback_its_label_names():
     assert set(codec_accuracy.compression.names()) - {"none"} <= set(seen)  # every registered codec has its line
 
 
-def test_the_fmnist_preset_runs_every_line_at_federated_scale_on_real_data():
-    preset = codec_accuracy.PRESETS["fmnist"]
+@pytest.mark.parametrize("name, split", [("fmnist", ("dirichlet", 0.5)), ("fmnist_shards", ("shards", 2))])
+def test_the_fmnist_presets_run_every_line_at_federated_scale_on_real_data(name, split):
+    preset = codec_accuracy.PRESETS[name]
     digits = dict(codec_accuracy.settings(0.01))
     lines = dict(codec_accuracy.settings(0.01, preset["base"]))
     assert list(lines) == list(digits)  # the same lines, each with the preset's setting before its own overrides
     for label, overrides in lines.items():
         assert overrides == [*preset["base"], *digits[label]]
         cfg = validate(fl.compose(overrides))
-        assert (cfg.dataset.name, cfg.dataset.partition, cfg.dataset.alpha, cfg.model.name) == \
-            ("fashion_mnist", "dirichlet", 0.5, "lenet"), label
+        by = cfg.dataset.alpha if split[0] == "dirichlet" else cfg.dataset.shards_per_client
+        assert (cfg.dataset.name, cfg.dataset.partition, by, cfg.model.name) == ("fashion_mnist", *split, "lenet")
         assert (cfg.fl.num_clients, cfg.fl.clients_per_round, cfg.fl.rounds) == (100, 10, 50), label
     assert preset["runs_dir"].startswith("results/fmnist/")  # committed beside the other Fashion-MNIST runs
 
@@ -64,6 +65,9 @@ def test_the_table_describes_the_setting_under_the_command_that_makes_it(tmp_pat
     (["--preset", "fmnist", "--seeds", "3", "4", "5", "6"],
      "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, Dirichlet 0.5, 1 local epoch, 50 rounds, "
      "seeds 3-6, no masking unless said"),
+    (["--preset", "fmnist_shards", "--seeds", "3", "4", "5", "6"],
+     "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 2-class shards (McMahan's split: 2 "
+     "label-sorted shards a client), 1 local epoch, 50 rounds, seeds 3-6, no masking unless said"),
 ])
 def test_each_preset_describes_its_setting_and_seeds(tmp_path, monkeypatch, argv, setting):
     ran = {}
@@ -75,5 +79,5 @@ def test_each_preset_describes_its_setting_and_seeds(tmp_path, monkeypatch, argv
     monkeypatch.setattr(codec_accuracy, "run_grid", grid)
     codec_accuracy.main([*argv, "--out", str(tmp_path / "t")])
     assert (tmp_path / "t.md").read_text().split("\n\n")[2].startswith(setting)  # the paragraph after the command
-    preset = codec_accuracy.PRESETS["fmnist" if argv else "digits"]
+    preset = codec_accuracy.PRESETS[argv[1] if argv else "digits"]
     assert ran == {"seeds": [3, 4, 5, 6] if argv else [0, 1, 2], "runs_dir": preset["runs_dir"]}

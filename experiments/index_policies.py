@@ -6,8 +6,8 @@ rotation codec.
 
 digits: 10 IID clients, 20 rounds, mlp_large, seeds 0-2, ratios 0.1 and 0.01, runs in results/runs.
 fmnist: the Fashion-MNIST table's setting (+experiment=fmnist_table: lenet, 100 clients / 10 a round, 30
-rounds), IID and 2-class shards, ratio 0.01, seed 0, runs in results/fmnist/runs (cells the table already
-ran are reused). Client and server compression and error feedback on; finished runs are reused.
+rounds), IID and 2-class shards, ratio 0.01, seeds 0-1 (the table's), runs in results/fmnist/runs (cells the
+table already ran are reused). Client and server compression and error feedback on; finished runs are reused.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ PRESETS = {
                    out="results/index_policies", setting=(
                        "digits, 10 IID clients (all per round), 20 rounds, mlp_large (501,270 parameters), lr 0.1, 2 "
                        "local epochs")),
-    "fmnist": dict(base=["+experiment=fmnist_table"], partitions=["iid", "shards"], ratios=[0.01], seeds=[0],
+    "fmnist": dict(base=["+experiment=fmnist_table"], partitions=["iid", "shards"], ratios=[0.01], seeds=[0, 1],
                    runs_dir="results/fmnist/runs", out="results/index_policies_fmnist", setting=(
                        "Fashion-MNIST, lenet (107,786 parameters), 100 clients / 10 a round, 1 local epoch, 30 "
                        "rounds, IID and 2-class shards")),

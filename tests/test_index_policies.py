@@ -1,6 +1,7 @@
 """experiments.index_policies' settings: every line of a partition runs on that partition, its dense baseline
 included, and runs the policy its label names; the options given replace the preset's."""
 import math
+from pathlib import Path
 
 from experiments import index_policies
 
@@ -64,3 +65,14 @@ def test_the_options_given_replace_the_presets_and_the_table_goes_to_out(tmp_pat
     md = (tmp_path / "t.md").read_text()
     assert "Regenerate: `python -m experiments.index_policies --preset fmnist --ratios 0.1 --seeds 3" in md
     assert "over seeds 3;" in md and "Fashion-MNIST" in md
+
+
+def test_the_fmnist_preset_pools_the_runs_and_seeds_of_the_fmnist_table():
+    """Its lines beside the committed fmnist table's: the same runs folder and seeds, so a cell either ran is
+    reused and the two tables average the same runs."""
+    from omegaconf import OmegaConf
+
+    table = OmegaConf.load(Path(index_policies.__file__).parents[1] / "conf/experiment/fmnist_table.yaml")
+    preset = index_policies.PRESETS["fmnist"]
+    assert preset["seeds"] == [int(s) for s in str(table.hydra.sweeper.params.seed).split(",")]
+    assert preset["runs_dir"] == table.results.dir

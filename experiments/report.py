@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL  # noqa: E402
-from fl.results import COLUMNS, ID_COLUMNS, finished, read_rows  # noqa: E402
+from fl.results import COLUMNS, ID_COLUMNS, finished, read_rows, unread_index_keys  # noqa: E402
 from experiments.args import accuracy, summary  # noqa: E402
 from experiments.outputs import check_target, command_line, number_range, together  # noqa: E402
 from experiments import hosts  # noqa: E402
@@ -152,7 +152,8 @@ def _numbers(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
 
 
 def _settings(config: Path) -> dict[str, str]:
-    """A run's config.json as {dotted key: JSON value}, less the keys that cannot change its results."""
+    """A run's config.json as {dotted key: JSON value}, less the keys that cannot change its results (among them
+    the shared-index keys it does not read, as its config hash leaves them out)."""
     def flat(d: dict, prefix: str = ""):
         for key, value in d.items():
             if isinstance(value, dict):
@@ -161,7 +162,10 @@ def _settings(config: Path) -> dict[str, str]:
                 yield f"{prefix}{key}", json.dumps(value)
     if not config.exists():
         return {}
-    settings = dict(flat(_config(config)))
+    cfg = _config(config)
+    settings = dict(flat(cfg))
+    for key in unread_index_keys(cfg):
+        settings.pop(f"compression.{key}", None)
     if settings.get("compression.sketch_quant_bits") == settings.get("secagg.quant_bits"):
         settings["compression.sketch_quant_bits"] = "null"  # the summary at the values' bits: the default
     return settings

@@ -85,11 +85,19 @@ def shared_index_keys_used(masks: bool, c: dict) -> set[str]:
     return used
 
 
+def unread_index_keys(cfg_dict: dict) -> set[str]:
+    """The shared-index keys (`compression.<key>`) a run of this config does not read: they compute nothing
+    there, and their defaults have moved since rows were kept, so runs that differ only in them are one setting."""
+    s, c = cfg_dict.get("secagg", {}), cfg_dict.get("compression", {})
+    masks = "name" not in s or secagg.get(s["name"]).masks
+    return set(SHARED_INDEX_KEYS) - shared_index_keys_used(masks, c)
+
+
 def config_hash(cfg_dict: dict) -> str:
     what = {k: dict(v) if isinstance(v, dict) else v for k, v in cfg_dict.items() if k not in EXECUTION_KEYS}
     s, c = what.get("secagg", {}), what.get("compression", {})
     masks = "name" not in s or secagg.get(s["name"]).masks
-    unused = set(SHARED_INDEX_KEYS) - shared_index_keys_used(masks, c)  # read before neutral values are dropped
+    unused = unread_index_keys(what)  # read before neutral values are dropped
     for (group, key), neutral in NEUTRAL.items():
         if key in what.get(group, {}) and what[group][key] == neutral:
             del what[group][key]
@@ -98,7 +106,7 @@ def config_hash(cfg_dict: dict) -> str:
     if not masks:
         for key in FIELD_KEYS:
             s.pop(key, None)
-    for key in unused:  # they compute nothing here, and their defaults have moved since rows were kept
+    for key in unused:
         c.pop(key, None)
     if c.get("options"):
         c["options"] = codec_options_set(c["name"], c["options"])

@@ -303,6 +303,29 @@ def test_masking_keys_of_unmasked_runs_and_keys_older_configs_lack_do_not_split_
     assert "other settings" not in report.markdown(t, [], 0.6, "cmd")
 
 
+@pytest.mark.parametrize("policy, split", [("prev_topk", False), ("sketch", True)])
+def test_a_shared_index_key_splits_a_setting_only_where_its_policy_reads_it(tmp_path, policy, split):
+    """prev_topk's seeds recorded before and after `fresh`'s default summary moved from blocks to marginals were two
+    lines of one seed each, one named `compression.fresh_summary=blocks` (results/fmnist): only `fresh` reads the
+    summary. `sketch` reads sketch_rows: runs at two values of it stay apart."""
+    def config(seed, summary, sketch_rows):
+        return {**_config(policy=policy), "seed": seed,
+                "compression": {"name": "topk", "client": True, "index_policy": policy, "fresh_summary": summary,
+                                "sketch_rows": sketch_rows}}
+
+    masked = [dict(r, index_policy=policy) for r in _rows("a", 0, 20, 0.7)]
+    _write_run(tmp_path, "a", masked, config(0, "blocks", 5))
+    _write_run(tmp_path, "b", [dict(r, run_id="b", seed=1) for r in masked], config(1, "marginals", 5))
+    _write_run(tmp_path, "c", [dict(r, run_id="c", seed=2) for r in masked], config(2, "marginals", 3))
+    rows, _ = report.load([str(tmp_path)])
+    t = report.table(report.per_run(rows, 0.6)).set_index("other")
+    if split:
+        assert t["seeds"].to_dict() == {"compression.sketch_rows=5": 2, "compression.sketch_rows=3": 1}
+    else:
+        assert t["seeds"].to_dict() == {"": 3}
+        assert "other settings" not in report.markdown(t.reset_index(), [], 0.6, "cmd")
+
+
 def test_a_setting_run_at_one_value_of_a_swept_key_still_names_it(tmp_path):
     """A momentum swept at ratio 0.03 but run at 0.5 only for ratio 0.02 left the 0.02 row's other settings blank:
     it read as the default momentum (results/fmnist/fedavgm's 8-bit rows at 0.01 and 0.02)."""

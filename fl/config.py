@@ -37,6 +37,7 @@ class FLConfig:
     lr: float = 0.1
     momentum: float = 0.0           # local SGD momentum (buffers restart with each client's training)
     weight_decay: float = 0.0       # local SGD L2 weight decay
+    prox_mu: float = 0.0            # FedProx: local loss + prox_mu / 2 * |w - global|^2 (0: FedAvg)
     server_lr: float = 1.0          # the server's step on the mean update (1 with no momentum: FedAvg)
     server_momentum: float = 0.0    # FedAvgM: the server's momentum over rounds' mean updates
     aggregation: str = "cohort"     # cohort: the mean of this round's updates | memory: of every client's latest
@@ -395,6 +396,8 @@ def _check_fl(c) -> None:
     if not 0 <= f.momentum < 1 or not 0 <= f.weight_decay < math.inf:
         raise ConfigError(f"need 0 <= fl.momentum < 1 and 0 <= fl.weight_decay (finite), got {f.momentum} and "
                           f"{f.weight_decay}")
+    if not 0 <= f.prox_mu < math.inf:
+        raise ConfigError(f"fl.prox_mu (FedProx's proximal weight) must be >= 0 and finite, got {f.prox_mu}")
     if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
         raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
                           f"{f.server_momentum}")

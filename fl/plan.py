@@ -31,6 +31,7 @@ class Training:
     lr: float
     momentum: float
     weight_decay: float
+    prox_mu: float
     max_update_norm: float | None = None  # clip each client's update to this L2 norm (None: never)
 
 
@@ -96,7 +97,7 @@ class Plan:
             length=length, layer_sizes=layer_sizes, layer_shapes=shapes, model=model_section(cfg),
             partitions=partition_args(cfg),
             training=Training(int(cfg.seed), str(cfg.device), int(f.local_epochs), int(f.batch_size), float(f.lr),
-                              float(f.momentum), float(f.weight_decay),
+                              float(f.momentum), float(f.weight_decay), float(f.prox_mu),
                               None if f.get("max_update_norm") is None else float(f.max_update_norm)),
             client_codec=client_codec,
             broadcast_codec=(_codec(c, seed, layer_sizes) if c.server and c.name != "none"

@@ -53,7 +53,7 @@ COLUMNS = [
 # Keys added after results were committed, left out of the hash at the value that reproduces those results
 # (so a finished run is still found); and keys that say where files are found or when evaluation runs, not
 # what is computed.
-NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("fl", "server_lr"): 1.0,
+NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("fl", "prox_mu"): 0.0, ("fl", "server_lr"): 1.0,
            ("fl", "server_momentum"): 0.0, ("fl", "aggregation"): "cohort",
            ("fl", "max_update_norm"): None, ("model", "padding"): "same",
            ("compression", "sketch_quant_bits"): None,

@@ -36,15 +36,22 @@ class SGD:
 
     Momentum buffers start empty for each client's local training (`reset`), as a client that builds its
     optimizer on every call does (Flower's niid_bench does): no state crosses clients or rounds.
+
+    prox_mu > 0 is FedProx's local objective (Li et al. 2020): the loss plus prox_mu / 2 * |w - w0|^2, w0 the
+    weights at `reset` (the global model a client starts from), so the gradient gains prox_mu * (w - w0), added
+    where weight decay is, before momentum. At 0 nothing is added: FedAvg's local SGD, to the bit.
     """
 
-    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0):
+    def __init__(self, params, lr: float, momentum: float = 0.0, weight_decay: float = 0.0, prox_mu: float = 0.0):
         self.params, self.lr = [p for p in params if p.requires_grad], float(lr)
-        self.momentum, self.weight_decay = float(momentum), float(weight_decay)
+        self.momentum, self.weight_decay, self.prox_mu = float(momentum), float(weight_decay), float(prox_mu)
         self.buffers: list[torch.Tensor | None] = [None] * len(self.params)
+        self.anchors: list[torch.Tensor] = []
 
     def reset(self) -> None:
         self.buffers = [None] * len(self.params)
+        if self.prox_mu:
+            self.anchors = [p.detach().clone() for p in self.params]
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         for p in self.params:
@@ -58,6 +65,8 @@ class SGD:
             grad = p.grad
             if self.weight_decay:
                 grad = grad.add(p, alpha=self.weight_decay)
+            if self.prox_mu:
+                grad = grad.add(p - self.anchors[i], alpha=self.prox_mu)
             if self.momentum:
                 if self.buffers[i] is None:
                     self.buffers[i] = grad.detach().clone()

@@ -71,7 +71,7 @@ class Worker:
         torch.manual_seed(p.training.seed)
         self.model = flatten_parameters(build_model(p.model, data.input_shape, data.num_classes).to(device))
         self.optimizer = SGD(self.model.parameters(), lr=p.training.lr, momentum=p.training.momentum,
-                             weight_decay=p.training.weight_decay)
+                             weight_decay=p.training.weight_decay, prox_mu=p.training.prox_mu)
         if sum(q.numel() for q in self.model.parameters()) != p.length:
             raise ValueError(f"the plan is for {p.length} parameters, the model has another count")
         # the clients' state: the model they train from, their residuals, this round's protocol state

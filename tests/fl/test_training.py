@@ -1,4 +1,4 @@
-"""Local SGD (momentum, weight decay) and evaluation split across workers."""
+"""Local SGD (momentum, weight decay, FedProx's proximal term) and evaluation split across workers."""
 import numpy as np
 import pytest
 import torch
@@ -62,6 +62,78 @@ def test_momentum_and_weight_decay_are_checked_and_leave_the_config_hash_alone_a
     for bad in ("fl.momentum=1.0", "fl.momentum=-0.1", "fl.weight_decay=-1e-5"):
         with pytest.raises(ConfigError, match="momentum"):
             validate(fl.compose([bad]))
+
+
+def _fedprox_by_its_loss(model, x, y, mu, momentum, epochs, batch_size, seed):
+    """FedProx as Li et al. write it: torch.optim.SGD on the loss plus mu / 2 * |w - w0|^2, w0 the start."""
+    start = [p.detach().clone() for p in model.parameters()]
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum)
+    gen = np.random.default_rng(seed)
+    for _ in range(epochs):
+        order = torch.from_numpy(gen.permutation(len(y)))
+        for first in range(0, len(y), batch_size):
+            idx = order[first:first + batch_size]
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(x[idx]), y[idx])
+            loss = loss + mu / 2 * sum(((p - s) ** 2).sum() for p, s in zip(model.parameters(), start))
+            loss.backward()
+            optimizer.step()
+
+
+@pytest.mark.parametrize("mu,momentum", [(0.01, 0.0), (1.0, 0.0), (0.1, 0.9)])
+def test_prox_mu_trains_fedprox_local_objective(mu, momentum):
+    ours, reference = _pair()
+    x, y = torch.randn(96, 8), torch.randint(0, 3, (96,))
+    train_local(ours, SGD(ours.parameters(), 0.05, momentum, prox_mu=mu), x, y, 2, 16, seed=3)
+    _fedprox_by_its_loss(reference, x, y, mu, momentum, 2, 16, seed=3)
+    for p, q in zip(ours.parameters(), reference.parameters()):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_prox_mu_holds_each_client_nearer_its_own_start():
+    """The larger mu, the shorter a client's update; each client's anchor is the model it started from, not the
+    previous client's: a second client trains as with a new optimizer."""
+    x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+    moved = []
+    for mu in (0.0, 0.5, 5.0):
+        model, _ = _pair()
+        start = torch.cat([p.detach().flatten() for p in model.parameters()])
+        train_local(model, SGD(model.parameters(), 0.1, prox_mu=mu), x, y, 3, 8, seed=1)
+        moved.append(float((torch.cat([p.detach().flatten() for p in model.parameters()]) - start).norm()))
+    assert moved[0] > moved[1] > moved[2] > 0
+    shared, fresh = _pair(seed=1)
+    optimizer = SGD(shared.parameters(), 0.1, prox_mu=1.0)
+    train_local(shared, optimizer, x, y, 1, 8, seed=1)  # client A ends elsewhere; client B starts from there
+    with torch.no_grad():
+        for p, q in zip(fresh.parameters(), shared.parameters()):
+            p.copy_(q)
+    train_local(shared, optimizer, x[:32], y[:32], 1, 8, seed=2)
+    train_local(fresh, SGD(fresh.parameters(), 0.1, prox_mu=1.0), x[:32], y[:32], 1, 8, seed=2)
+    for p, q in zip(shared.parameters(), fresh.parameters()):
+        torch.testing.assert_close(p, q, rtol=0, atol=0)
+
+
+def test_prox_mu_is_checked_reaches_the_workers_and_leaves_the_config_hash_alone_at_zero():
+    base = as_dict(validate(fl.compose(["secagg=none"])))
+    assert config_hash(as_dict(validate(fl.compose(["secagg=none", "fl.prox_mu=0"])))) == config_hash(base)
+    del base["fl"]["prox_mu"]  # a run recorded before the key existed
+    assert config_hash(base) == config_hash(as_dict(validate(fl.compose(["secagg=none"]))))
+    prox = validate(fl.compose(["secagg=none", "fl.prox_mu=0.01"]))
+    assert config_hash(as_dict(prox)) != config_hash(base)
+    assert Plan.build(prox, [10]).training.prox_mu == 0.01
+    for bad in ("fl.prox_mu=-0.1", "fl.prox_mu=inf", "fl.prox_mu=nan"):
+        with pytest.raises(ConfigError, match="fl.prox_mu"):
+            validate(fl.compose([bad]))
+
+
+def test_a_run_with_prox_mu_trains_its_clients_by_it(tmp_path):
+    """The workers' optimizer gets fl.prox_mu: a strong pull to the global model shortens every round's update."""
+    norms = {}
+    for mu in (0.0, 10.0):
+        rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=2",
+                                  "secagg=none", "compression=none", f"fl.prox_mu={mu}"]))
+        norms[mu] = rows["update_norm_max"].to_numpy()
+    assert (norms[10.0] < norms[0.0]).all()
 
 
 def test_lenet_with_valid_padding_is_the_niid_bench_cnn():

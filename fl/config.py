@@ -38,6 +38,7 @@ class FLConfig:
     momentum: float = 0.0           # local SGD momentum (buffers restart with each client's training)
     weight_decay: float = 0.0       # local SGD L2 weight decay
     prox_mu: float = 0.0            # FedProx: local loss + prox_mu / 2 * |w - global|^2 (0: FedAvg)
+    stragglers: float = 0.0         # this fraction of each round's cohort trains 1..all its local steps (uniform)
     server_lr: float = 1.0          # the server's step on the mean update (1 with no momentum: FedAvg)
     server_momentum: float = 0.0    # FedAvgM: the server's momentum over rounds' mean updates
     aggregation: str = "cohort"     # cohort: the mean of this round's updates | memory: of every client's latest
@@ -398,6 +399,9 @@ def _check_fl(c) -> None:
                           f"{f.weight_decay}")
     if not 0 <= f.prox_mu < math.inf:
         raise ConfigError(f"fl.prox_mu (FedProx's proximal weight) must be >= 0 and finite, got {f.prox_mu}")
+    if not 0 <= f.stragglers <= 1:
+        raise ConfigError(f"fl.stragglers (the fraction of each round's cohort that does partial local work) must be "
+                          f"in [0, 1], got {f.stragglers}")
     if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
         raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
                           f"{f.server_momentum}")

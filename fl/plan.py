@@ -33,6 +33,9 @@ class Training:
     weight_decay: float
     prox_mu: float
     max_update_norm: float | None = None  # clip each client's update to this L2 norm (None: never)
+    stragglers: float = 0.0                # the fraction of each round's cohort that stops early (fl.stragglers)
+    num_clients: int = 0                   # with clients_per_round: the round's cohort (fl.seeds.cohort)
+    clients_per_round: int = 0
 
 
 @dataclass(frozen=True)
@@ -98,7 +101,8 @@ class Plan:
             partitions=partition_args(cfg),
             training=Training(int(cfg.seed), str(cfg.device), int(f.local_epochs), int(f.batch_size), float(f.lr),
                               float(f.momentum), float(f.weight_decay), float(f.prox_mu),
-                              None if f.get("max_update_norm") is None else float(f.max_update_norm)),
+                              None if f.get("max_update_norm") is None else float(f.max_update_norm),
+                              float(f.get("stragglers", 0.0)), int(f.num_clients), int(f.clients_per_round)),
             client_codec=client_codec,
             broadcast_codec=(_codec(c, seed, layer_sizes) if c.server and c.name != "none"
                              else compression.get("none")()),

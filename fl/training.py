@@ -77,8 +77,12 @@ class SGD:
 
 
 def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.ndarray | torch.Tensor,
-                y: np.ndarray | torch.Tensor, epochs: int, batch_size: int, seed: int, device: str = "cpu") -> int:
-    """Run `epochs` of minibatch SGD on (x, y); batch order from `seed` alone. Returns samples seen."""
+                y: np.ndarray | torch.Tensor, epochs: int, batch_size: int, seed: int, device: str = "cpu",
+                max_steps: int | None = None) -> int:
+    """Run `epochs` of minibatch SGD on (x, y); batch order from `seed` alone. Returns samples seen.
+
+    `max_steps` stops after that many minibatch steps (a straggler's partial work: the first steps of its full
+    local training, in the same order)."""
     gen = np.random.default_rng(seed)
     if isinstance(optimizer, SGD):
         optimizer.reset()
@@ -86,10 +90,13 @@ def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.
     n = len(yt)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
-    seen = 0
+    seen = steps = 0
     for _ in range(epochs):
         order = torch.from_numpy(gen.permutation(n)).to(xt.device)
         for start in range(0, n, batch_size):
+            if steps == max_steps:
+                return seen
+            steps += 1
             idx = order[start:start + batch_size]
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(xt[idx]), yt[idx])

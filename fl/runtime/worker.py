@@ -29,6 +29,7 @@ from fl.models import build_model, check_device, flatten_parameters, get_flat, s
 from fl.runtime.raystart import in_ray_worker as _in_ray_worker
 from fl.runtime.transport import CHUNK_BYTES, ReplyBuffer
 from fl.scores import EVALUATED, EVALUATED_SECONDS
+from fl import seeds
 from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
 
@@ -83,6 +84,7 @@ class Worker:
         self.held: dict[int, tuple[np.ndarray, float]] = {}  # `fresh`: updates between its two exchanges
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
         self.staged_round = -1
+        self.straggling: tuple[int, frozenset[int]] = (-1, frozenset())  # (round, its stragglers)
         self.replaced: dict[int, np.ndarray | None] = {}  # memory: a plain round's senders' old memories (or None)
         self.replaced_round = -1
         self.feedback = (compression.MemoryFeedback if p.memory else compression.ErrorFeedback)(p.client_codec)
@@ -117,14 +119,28 @@ class Worker:
             gc.collect()  # the last cell's cycles, if any; torch's objects are frozen, so this walks little
 
     def train(self, cid: int, round: int) -> tuple[np.ndarray, int]:
-        """Client `cid`'s local training from the reference weights: (local - reference, sample count)."""
+        """Client `cid`'s local training from the reference weights: (local - reference, sample count). A
+        straggler (fl.stragglers) stops early; its weight stays its sample count, as in FedProx's aggregation."""
         t = self.plan.training
         set_flat(self.model, self.reference)
         seed = client_seed(t.seed, round, cid)
         seed_torch(seed, t.device)
         x, y = self.x[self.parts[cid]], self.y[self.parts[cid]]
-        train_local(self.model, self.optimizer, x, y, t.local_epochs, t.batch_size, seed, t.device)
+        train_local(self.model, self.optimizer, x, y, t.local_epochs, t.batch_size, seed, t.device,
+                    self.local_steps(cid, round, len(y)))
         return get_flat(self.model) - self.reference, len(y)
+
+    def local_steps(self, cid: int, round: int, samples: int) -> int | None:
+        """The steps client `cid` trains this round: None (all) unless it is one of the round's stragglers."""
+        t = self.plan.training
+        if not t.stragglers:
+            return None
+        if self.straggling[0] != round:
+            cohort = seeds.cohort(t.seed, round, t.num_clients, t.clients_per_round)
+            self.straggling = (round, seeds.stragglers(t.seed, round, cohort, t.stragglers))
+        if cid not in self.straggling[1]:
+            return None
+        return seeds.straggler_steps(t.seed, round, cid, t.local_epochs * -(-samples // t.batch_size))
 
     def stats(self) -> dict:
         """Memory held across rounds for this worker's clients (residuals) and the process's peak (MB)."""

@@ -1,0 +1,97 @@
+"""fl.stragglers: a fraction of each round's cohort does partial local work (FedProx's system heterogeneity)."""
+import numpy as np
+import pytest
+import torch
+from fixtures_workers import attached_workers
+
+import fl
+from fl import seeds
+from fl.config import ConfigError, as_dict, validate
+from fl.plan import Plan
+from fl.results import config_hash
+from fl.training import SGD, train_local
+
+
+@pytest.mark.parametrize("fraction,size,count", [(0.0, 10, 0), (0.04, 10, 0), (0.05, 10, 1), (0.5, 10, 5),
+                                                 (0.9, 10, 9), (1.0, 10, 10), (0.5, 7, 4), (0.3, 20, 6)])
+def test_a_round_has_its_fraction_of_the_cohort_as_stragglers_the_same_on_every_call(fraction, size, count):
+    cohort = seeds.cohort(0, 4, 100, size)
+    chosen = seeds.stragglers(0, 4, cohort, fraction)
+    assert len(chosen) == count and chosen <= set(cohort)
+    assert seeds.stragglers(0, 4, list(cohort), fraction) == chosen
+
+
+def test_stragglers_change_with_the_round_and_seed_and_their_steps_cover_one_to_all():
+    cohort = list(range(100))
+    picks = {seeds.stragglers(s, r, cohort, 0.5) for s in (0, 1) for r in range(5)}
+    assert len(picks) == 10
+    steps = [seeds.straggler_steps(0, r, c, 6) for r in range(20) for c in range(20)]
+    assert set(steps) == {1, 2, 3, 4, 5, 6}
+    assert seeds.straggler_steps(0, 3, 7, 6) == seeds.straggler_steps(0, 3, 7, 6)
+    assert all(seeds.straggler_steps(2, r, 1, 1) == 1 for r in range(10))
+
+
+def test_max_steps_trains_the_first_steps_of_the_full_local_work():
+    torch.manual_seed(0)
+    x, y = torch.randn(40, 8), torch.randint(0, 3, (40,))
+    models = []
+    for epochs, steps in ((1, None), (2, 5), (2, 6), (2, None), (2, 10), (2, 99)):
+        torch.manual_seed(1)
+        model = torch.nn.Linear(8, 3)
+        seen = train_local(model, SGD(model.parameters(), 0.1), x, y, epochs, 8, seed=2, max_steps=steps)
+        models.append((seen, torch.cat([p.detach().flatten() for p in model.parameters()])))
+    # 5 steps of 8 make one epoch: 5 steps of two epochs are the one-epoch run; 10 and 99 the whole two
+    assert [s for s, _ in models] == [40, 40, 48, 80, 80, 80]
+    assert torch.equal(models[0][1], models[1][1]) and not torch.equal(models[1][1], models[2][1])
+    assert torch.equal(models[3][1], models[4][1]) and torch.equal(models[3][1], models[5][1])
+
+
+def test_a_worker_stops_exactly_its_rounds_stragglers_early():
+    overrides = ["model=mlp_small", "secagg=none", "compression=none", "fl.num_clients=20", "fl.clients_per_round=10",
+                 "fl.local_epochs=2", "fl.stragglers=0.4"]
+    cfg, plan, [w] = attached_workers(overrides)
+    assert plan.training.stragglers == 0.4
+    for r in range(3):
+        cohort = seeds.cohort(0, r, 20, 10)
+        steps = {cid: w.local_steps(cid, r, len(w.parts[cid])) for cid in cohort}
+        late = seeds.stragglers(0, r, cohort, 0.4)
+        assert {cid for cid, s in steps.items() if s is not None} == late and len(late) == 4
+        for cid in late:
+            full = 2 * -(-len(w.parts[cid]) // 32)
+            assert 1 <= steps[cid] <= full
+    # a straggler's update is its first steps of local training; everyone else trains whole
+    r = 0
+    cohort = seeds.cohort(0, r, 20, 10)
+    late = sorted(seeds.stragglers(0, r, cohort, 0.4))
+    on_time = sorted(set(cohort) - set(late))
+    _, _, [whole] = attached_workers(overrides[:-1])
+    for cid in (late[0], on_time[0]):
+        update, n = w.train(cid, r)
+        full, m = whole.train(cid, r)
+        assert n == m == len(w.parts[cid])
+        assert np.array_equal(update, full) == (cid in on_time)
+
+
+def test_stragglers_are_checked_and_leave_the_config_hash_alone_at_zero():
+    base = as_dict(validate(fl.compose(["secagg=none"])))
+    assert config_hash(as_dict(validate(fl.compose(["secagg=none", "fl.stragglers=0"])))) == config_hash(base)
+    del base["fl"]["stragglers"]  # a run recorded before the key existed
+    assert config_hash(base) == config_hash(as_dict(validate(fl.compose(["secagg=none"]))))
+    late = validate(fl.compose(["secagg=none", "fl.stragglers=0.9"]))
+    assert config_hash(as_dict(late)) != config_hash(base)
+    assert Plan.build(late, [10]).training.stragglers == 0.9
+    for bad in ("fl.stragglers=-0.1", "fl.stragglers=1.5", "fl.stragglers=nan", "fl.stragglers=inf"):
+        with pytest.raises(ConfigError, match="fl.stragglers"):
+            validate(fl.compose([bad]))
+
+
+def test_a_run_with_stragglers_trains_less_and_records_it_apart(tmp_path):
+    """End to end: every client a straggler trains fewer steps, so the round's largest update is shorter (on
+    digits at one epoch of a large lr an update grows with its steps), and the run gets its own folder."""
+    rows = {}
+    for fraction in (0.0, 1.0):
+        rows[fraction] = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small",
+                                            "fl.rounds=2", "secagg=none", "compression=none",
+                                            f"fl.stragglers={fraction}"]))
+    assert (rows[1.0]["update_norm_max"].to_numpy() < rows[0.0]["update_norm_max"].to_numpy()).all()
+    assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 2

@@ -278,7 +278,27 @@ def _typed(cfg: DictConfig | Config) -> DictConfig:
         key, first = getattr(err, "full_key", ""), str(err).splitlines()[0]
         raise ConfigError(f"{key}: {first}" if key else first) from None
     _check_switches_in(asdict(plain) if is_dataclass(plain) else plain)  # a Config's fields hold what they were given
+    if isinstance(cfg, DictConfig):
+        _check_interpolated_switches(cfg)
     return typed
+
+
+def _check_interpolated_switches(cfg: DictConfig) -> None:
+    """check_switch for each switch set by an interpolation (`${oc.env:EF}`, `${fl.eval_every}`), at the value it
+    names: resolved in the typed config it would already read as true. One that cannot resolve here is left to
+    the schema."""
+    untyped = None
+    for key in sorted(SWITCHES):
+        parent, _, name = key.rpartition(".")
+        node = OmegaConf.select(cfg, parent, default=None) if parent else cfg
+        if not isinstance(node, DictConfig) or name not in node or not OmegaConf.is_interpolation(node, name):
+            continue
+        untyped = untyped if untyped is not None else OmegaConf.create(OmegaConf.to_container(cfg, resolve=False))
+        try:
+            value = OmegaConf.select(untyped, key, throw_on_resolution_failure=True)
+        except Exception:  # e.g. Hydra's own resolvers outside a Hydra run
+            continue
+        check_switch(key, value)
 
 
 def _check_names(c) -> None:

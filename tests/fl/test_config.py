@@ -648,6 +648,25 @@ def test_a_preset_with_a_switch_of_2_is_refused_where_it_is_composed(tmp_path):
     assert fl.compose([f"hydra.searchpath=[file://{tmp_path}]", "+experiment=mine"]).compression.error_feedback
 
 
+@pytest.mark.parametrize("line,env,refused", [
+    ("error_feedback: ${oc.env:EF_SWITCH}", "2", "'2'"), ("error_feedback: ${fl.eval_every}", None, "2"),
+    ("error_feedback: ${oc.env:EF_SWITCH}", "0", None), ("error_feedback: ${compression.client}", None, None),
+    ("error_feedback: ${oc.env:EF_SWITCH}", "no", None)])
+def test_a_switch_set_by_an_interpolation_is_checked_at_the_value_it_names(tmp_path, monkeypatch, line, env, refused):
+    """The typed config reads an interpolation naming 2 as true: validate refuses it as it refuses a literal 2."""
+    if env is not None:
+        monkeypatch.setenv("EF_SWITCH", env)
+    (tmp_path / "experiment").mkdir()
+    (tmp_path / "experiment" / "mine.yaml").write_text(
+        f"# @package _global_\nfl:\n  eval_every: 2\ncompression:\n  {line}\n")
+    cfg = fl.compose([f"hydra.searchpath=[file://{tmp_path}]", "+experiment=mine", "secagg=none"])
+    if refused is None:
+        assert validate(cfg).compression.error_feedback is (env != "no" and env != "0")
+    else:
+        with pytest.raises(ConfigError, match=f"compression.error_feedback is a switch: true or false, got {refused}$"):
+            validate(cfg)
+
+
 @pytest.mark.parametrize("value,means", [("true", True), ("0", False), ("1", True), ("no", False), ("on", True)])
 def test_a_switch_takes_true_false_0_1_and_omegaconfs_words(value, means):
     assert validate(fl.compose(["secagg=none", f"compression.client={value}"])).compression.client is means

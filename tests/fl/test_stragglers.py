@@ -85,13 +85,17 @@ def test_stragglers_are_checked_and_leave_the_config_hash_alone_at_zero():
             validate(fl.compose([bad]))
 
 
-def test_a_run_with_stragglers_trains_less_and_records_it_apart(tmp_path):
-    """End to end: every client a straggler trains fewer steps, so the round's largest update is shorter (on
-    digits at one epoch of a large lr an update grows with its steps), and the run gets its own folder."""
+@pytest.mark.parametrize("setting", [["secagg=none", "compression=none"],
+                                     ["secagg=dh", "compression.ratio=0.1", "fl.num_clients=20",
+                                      "fl.clients_per_round=10"]])
+def test_a_run_with_stragglers_trains_less_and_records_it_apart(tmp_path, setting):
+    """End to end, plain and masked with 10 of 20 clients a round: every client a straggler trains fewer steps, so
+    the round's largest update is shorter (on digits a client's update grows with its steps), and the run gets its
+    own folder."""
     rows = {}
     for fraction in (0.0, 1.0):
         rows[fraction] = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small",
-                                            "fl.rounds=2", "secagg=none", "compression=none",
-                                            f"fl.stragglers={fraction}"]))
+                                            "fl.rounds=2", *setting, f"fl.stragglers={fraction}"]))
     assert (rows[1.0]["update_norm_max"].to_numpy() < rows[0.0]["update_norm_max"].to_numpy()).all()
+    assert not rows[1.0]["aborted"].any() and (rows[1.0]["dropped"] == 0).all()
     assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 2

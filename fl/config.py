@@ -39,6 +39,7 @@ class FLConfig:
     weight_decay: float = 0.0       # local SGD L2 weight decay
     prox_mu: float = 0.0            # FedProx: local loss + prox_mu / 2 * |w - global|^2 (0: FedAvg)
     stragglers: float = 0.0         # this fraction of each round's cohort trains 1..all its local steps (uniform)
+    straggler_policy: str = "keep"  # keep: their partial work is aggregated (FedProx) | drop: they miss the round
     server_lr: float = 1.0          # the server's step on the mean update (1 with no momentum: FedAvg)
     server_momentum: float = 0.0    # FedAvgM: the server's momentum over rounds' mean updates
     aggregation: str = "cohort"     # cohort: the mean of this round's updates | memory: of every client's latest
@@ -231,6 +232,7 @@ def missing_linear_methods(codec) -> list[str]:
 
 
 AGGREGATIONS = ("cohort", "memory")
+STRAGGLER_POLICIES = ("keep", "drop")  # fl.straggler_policy
 RAY_ADDRESS = re.compile(r"[\w.\-\[\]:]+:\d+|[a-z][\w+.\-]*://.+")  # host:port (IPv6 in brackets) or scheme://...
 
 
@@ -422,6 +424,9 @@ def _check_fl(c) -> None:
     if not 0 <= f.stragglers <= 1:
         raise ConfigError(f"fl.stragglers (the fraction of each round's cohort that does partial local work) must be "
                           f"in [0, 1], got {f.stragglers}")
+    if f.straggler_policy not in STRAGGLER_POLICIES:
+        raise ConfigError(f"unknown fl.straggler_policy {f.straggler_policy!r}; available: "
+                          f"{', '.join(STRAGGLER_POLICIES)}")
     if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
         raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
                           f"{f.server_momentum}")
@@ -629,11 +634,12 @@ def canonical_settings(c: DictConfig) -> DictConfig:
     options without a codec, index policies and fixed point without masking, error feedback where no client
     keeps a residual (an unbiased codec, a linear codec under masking, the broadcast only), per-layer selection
     of masked uploads without a compressed broadcast, a partition's parameter under another partition, digits'
-    test fraction on a dataset with its own test split, where digits would be found, a model key its model does
-    not read: `model.norm` but for resnet_small, `model.padding` but for lenet and cnn_wide, `model.channels` of an
-    MLP) are reset to defaults, as are error feedback under `fl.aggregation=memory` (the memory replaces the
-    residual) and the residuals' dtype where no client keeps residuals; a dense codec's ratio, which it ignores, is
-    1.0, and masked rand-k's index policy is `randk`; an evaluation period past the last round is the last round;
+    test fraction on a dataset with its own test split, where digits would be found, the straggler policy without
+    stragglers, a model key its model does not read: `model.norm` but for resnet_small, `model.padding` but for
+    lenet and cnn_wide, `model.channels` of an MLP) are reset to defaults, as are error feedback under
+    `fl.aggregation=memory` (the memory replaces the residual) and the residuals' dtype where no client keeps
+    residuals; a dense codec's ratio, which it ignores, is 1.0, and masked rand-k's index policy is `randk`; an
+    evaluation period past the last round is the last round;
     mask settings at what null stands for (threshold, degree, field width) are null, and a float codec option
     written as an integer is a float."""
     data, data_defaults = c.dataset, DatasetConfig()
@@ -651,6 +657,8 @@ def canonical_settings(c: DictConfig) -> DictConfig:
         model.norm = model_defaults.norm  # only resnet_small has normalization layers
     if model.name not in CONV_MODELS + NORM_MODELS:
         model.channels = []  # an MLP has no convolution stages
+    if c.fl.stragglers == 0:
+        c.fl.straggler_policy = FLConfig().straggler_policy  # no straggler to keep or drop
     last = max(c.fl.rounds - 1, 1)  # rounds 0 and rounds - 1 are always evaluated: every larger period is this one
     c.fl.eval_every = min(c.fl.eval_every, last)
     comp, defaults = c.compression, CompressionConfig()

@@ -17,6 +17,7 @@ import compression
 import secagg
 from compression.index_policy import IndexPolicy
 from compression.topk import topk_count
+from fl import seeds
 from fl.config import field_bits
 from fl.partitions import partition_args
 
@@ -70,6 +71,7 @@ class Plan:
     server_lr: float = 1.0                       # the server's step (fl.server.ServerStep)
     server_momentum: float = 0.0
     memory: bool = False                         # fl.aggregation=memory: clients keep memories, not residuals
+    drop_stragglers: bool = False                # fl.straggler_policy=drop: a round's stragglers miss its upload
 
     @classmethod
     def build(cls, cfg, layer_sizes, layer_shapes=None) -> Plan:
@@ -115,7 +117,14 @@ class Plan:
             quant_bits=int(s.quant_bits) if masked else None,
             sketch_bits=c.sketch_quant_bits, linear_bits=getattr(linear, "bits", None),
             linear_clip=getattr(linear, "clip", None), server_lr=float(f.get("server_lr", 1.0)),
-            server_momentum=float(f.get("server_momentum", 0.0)), memory=memory)
+            server_momentum=float(f.get("server_momentum", 0.0)), memory=memory,
+            drop_stragglers=f.get("straggler_policy", "keep") == "drop")
+
+    def dropped_stragglers(self, round: int, cohort: list[int]) -> frozenset[int]:
+        """The round's stragglers where they miss the round (fl.straggler_policy=drop): they never upload their
+        update (under masking, after they shared their keys, so the server unmasks without them)."""
+        t = self.training
+        return seeds.stragglers(t.seed, round, cohort, t.stragglers) if self.drop_stragglers else frozenset()
 
     def index_policy(self) -> IndexPolicy | None:
         """A fresh index policy: the server's keeps state across rounds; a worker's only draws sketch hashes."""

@@ -54,7 +54,8 @@ COLUMNS = [
 # (so a finished run is still found); and keys that say where files are found or when evaluation runs, not
 # what is computed.
 NEUTRAL = {("fl", "momentum"): 0.0, ("fl", "weight_decay"): 0.0, ("fl", "prox_mu"): 0.0, ("fl", "stragglers"): 0.0,
-           ("fl", "server_lr"): 1.0, ("fl", "server_momentum"): 0.0, ("fl", "aggregation"): "cohort",
+           ("fl", "straggler_policy"): "keep", ("fl", "server_lr"): 1.0, ("fl", "server_momentum"): 0.0,
+           ("fl", "aggregation"): "cohort",
            ("fl", "max_update_norm"): None, ("model", "padding"): "same",
            ("compression", "sketch_quant_bits"): None,
            ("compression", "fresh_summary"): "blocks", ("compression", "block_size"): 64,

@@ -306,8 +306,9 @@ class _Steps:
     dropouts (seeded)."""
 
     def __init__(self, pool, tally: Tally, cohort: list[int], by_worker: dict[int, list[int]], dropout: float,
-                 rng: np.random.Generator, names=STEPS):
+                 rng: np.random.Generator, names=STEPS, late: frozenset[int] = frozenset()):
         self.pool, self.tally, self.by_worker, self.dropout, self.rng = pool, tally, by_worker, dropout, rng
+        self.late, self.upload = late, names[2]  # dropped stragglers miss the first upload of a trained update
         self.alive = set(cohort)
         self.drops = dict.fromkeys(names, 0)
         self.started: dict[str, float] = {}
@@ -325,6 +326,9 @@ class _Steps:
             gone = {c for c in sorted(self.alive) if self.rng.random() < self.dropout}
             self.drops[name] += len(gone)
             self.alive -= gone
+        if name == self.upload and self.late & self.alive:
+            self.drops[name] += len(self.late & self.alive)
+            self.alive -= self.late
         called = {w: [c for c in cs if c in self.alive] for w, cs in self.by_worker.items()}
         calls = {w: a for w, cs in called.items() if (a := args_for(w, cs)) is not None}
         lost = set()
@@ -406,7 +410,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
                  for n in layouts]
     steps = _Steps(pool, tally, cohort, by_worker, plan.dropout,
                    np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17])),
-                   FRESH_STEPS if fresh else STEPS)
+                   FRESH_STEPS if fresh else STEPS, plan.dropped_stragglers(r, cohort))
     try:
         for cid, msgs in steps.run(advertise, "advertise",
                                    lambda w, cs: (r, sessions, cohort, cs, [a.length for a in aggs],

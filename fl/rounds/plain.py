@@ -101,7 +101,9 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
     A malformed or non-finite update is rejected and never aggregated; the round goes on without it.
     `carried`: the previous round's evaluation, which the workers run after training (fl.evaluation)."""
     length = server.plan.length
+    cohort = sorted(c for cs in by_worker.values() for c in cs)
     by_worker = _vanish(server.plan, r, by_worker, tally)
+    by_worker = _miss(server.plan.dropped_stragglers(r, cohort), by_worker, tally)
     calls = {}
     for w, clients in by_worker.items():
         ref, catchup = delivery.to(w)
@@ -125,6 +127,16 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
             if server.memory is not None:  # its client kept a memory the sum does not hold: it takes it back
                 server.unsummed.setdefault(r, []).append(cid)
     tally.timed("t_aggregate", server.apply_plain, agg)  # the mean and its step: the server's side too
+
+
+def _miss(late: frozenset[int], by_worker: dict[int, list[int]], tally: Tally) -> dict[int, list[int]]:
+    """Dropped stragglers (fl.straggler_policy=drop) miss the upload: counted as dropped, their update never sent
+    (not trained here: nothing of theirs would reach the server)."""
+    gone = late & {c for cs in by_worker.values() for c in cs}
+    if not gone:
+        return by_worker
+    tally.row["dropped"] += len(gone)
+    return {w: kept for w, cs in by_worker.items() if (kept := [c for c in cs if c not in gone])}
 
 
 def _vanish(plan, r: int, by_worker: dict[int, list[int]], tally: Tally) -> dict[int, list[int]]:

@@ -131,9 +131,10 @@ class Worker:
         return get_flat(self.model) - self.reference, len(y)
 
     def local_steps(self, cid: int, round: int, samples: int) -> int | None:
-        """The steps client `cid` trains this round: None (all) unless it is one of the round's stragglers."""
+        """The steps client `cid` trains this round: None (all) unless it is one of the round's stragglers and
+        stragglers are kept (dropped ones are never asked to train)."""
         t = self.plan.training
-        if not t.stragglers:
+        if not t.stragglers or self.plan.drop_stragglers:
             return None
         if self.straggling[0] != round:
             cohort = seeds.cohort(t.seed, round, t.num_clients, t.clients_per_round)

@@ -99,3 +99,47 @@ def test_a_run_with_stragglers_trains_less_and_records_it_apart(tmp_path, settin
     assert (rows[1.0]["update_norm_max"].to_numpy() < rows[0.0]["update_norm_max"].to_numpy()).all()
     assert not rows[1.0]["aborted"].any() and (rows[1.0]["dropped"] == 0).all()
     assert len([d for d in tmp_path.iterdir() if d.is_dir()]) == 2
+
+
+def _run(tmp_path, *overrides):
+    return fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=3",
+                              *overrides]))
+
+
+def test_dropped_stragglers_miss_the_round_plain(tmp_path):
+    """fl.straggler_policy=drop (FedAvg in FedProx's experiments): the round's stragglers never send, and no worker
+    trains them short; with all of them stragglers the model never moves."""
+    rows = _run(tmp_path, "secagg=none", "compression.ratio=0.1", "fl.stragglers=0.5", "fl.straggler_policy=drop")
+    assert (rows["dropped"] == 5).all() and rows["accuracy"].nunique() > 1
+    still = _run(tmp_path, "secagg=none", "compression.ratio=0.1", "fl.stragglers=1.0", "fl.straggler_policy=drop")
+    assert (still["dropped"] == 10).all() and still["accuracy"].nunique() == 1
+    assert (still["bytes_up"] == 0).all()
+    _, _, [w] = attached_workers(["secagg=none", "fl.stragglers=1.0", "fl.straggler_policy=drop"])
+    assert all(w.local_steps(cid, 0, len(w.parts[cid])) is None for cid in range(10))
+
+
+def test_dropped_stragglers_under_masking_leave_the_sum_of_the_others(tmp_path):
+    """Under dh, 10 of 20 clients a round, the round's 3 stragglers drop after sharing their keys (at the masked
+    upload): the server unmasks the 7 others' sum, so masked dense follows plain dense with the same clients
+    dropped (to the fixed point's rounding); 9 of 10 dropped leave fewer than the threshold, and every round aborts."""
+    common = ["compression=none", "fl.num_clients=20", "fl.clients_per_round=10", "fl.stragglers=0.3",
+              "fl.straggler_policy=drop"]
+    masked = _run(tmp_path, "secagg=dh", *common)
+    plain = _run(tmp_path, "secagg=none", *common)
+    assert (masked["dropped_masked_input"] == 3).all() and (masked["dropped"] == 3).all()
+    assert not masked["aborted"].any() and (plain["dropped"] == 3).all()
+    np.testing.assert_allclose(masked["loss"], plain["loss"], rtol=1e-3)
+    assert not np.allclose(masked["loss"], _run(tmp_path, "secagg=none", *common[:3])["loss"], rtol=1e-3)
+    most = _run(tmp_path, "secagg=dh", *common[:3], "fl.stragglers=0.9", "fl.straggler_policy=drop")
+    assert most["aborted"].all() and (most["dropped_masked_input"] == 9).all()
+
+
+def test_the_straggler_policy_is_checked_and_has_one_spelling_without_stragglers():
+    base = config_hash(as_dict(validate(fl.compose(["secagg=none"]))))
+    assert config_hash(as_dict(validate(fl.compose(["secagg=none", "fl.straggler_policy=drop"])))) == base
+    keep = validate(fl.compose(["secagg=none", "fl.stragglers=0.5"]))
+    drop = validate(fl.compose(["secagg=none", "fl.stragglers=0.5", "fl.straggler_policy=drop"]))
+    assert config_hash(as_dict(keep)) != config_hash(as_dict(drop))
+    assert Plan.build(drop, [10]).drop_stragglers and not Plan.build(keep, [10]).drop_stragglers
+    with pytest.raises(ConfigError, match="unknown fl.straggler_policy 'late'; available: keep, drop"):
+        validate(fl.compose(["fl.stragglers=0.5", "fl.straggler_policy=late"]))

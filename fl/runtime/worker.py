@@ -30,7 +30,6 @@ from fl.runtime.raystart import in_ray_worker as _in_ray_worker
 from fl.runtime.transport import CHUNK_BYTES, ReplyBuffer
 from fl.scores import EVALUATED, EVALUATED_SECONDS
 from fl import seeds
-from fl.seeds import client_seed
 from fl.training import SGD, as_tensor, evaluate_batches, seed_torch, train_local
 
 
@@ -123,7 +122,7 @@ class Worker:
         straggler (fl.stragglers) stops early; its weight stays its sample count, as in FedProx's aggregation."""
         t = self.plan.training
         set_flat(self.model, self.reference)
-        seed = client_seed(t.seed, round, cid)
+        seed = seeds.client_seed(t.seed, round, cid)
         seed_torch(seed, t.device)
         x, y = self.x[self.parts[cid]], self.y[self.parts[cid]]
         train_local(self.model, self.optimizer, x, y, t.local_epochs, t.batch_size, seed, t.device,

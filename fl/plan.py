@@ -120,11 +120,18 @@ class Plan:
             server_momentum=float(f.get("server_momentum", 0.0)), memory=memory,
             drop_stragglers=f.get("straggler_policy", "keep") == "drop")
 
-    def dropped_stragglers(self, round: int, cohort: list[int]) -> frozenset[int]:
+    def stragglers(self, round: int) -> frozenset[int]:
+        """The round's stragglers (fl.stragglers), from the seed alone: the driver and every worker name the same."""
+        t = self.training
+        if not t.stragglers:
+            return frozenset()
+        return seeds.stragglers(t.seed, round, seeds.cohort(t.seed, round, t.num_clients, t.clients_per_round),
+                                t.stragglers)
+
+    def dropped_stragglers(self, round: int) -> frozenset[int]:
         """The round's stragglers where they miss the round (fl.straggler_policy=drop): they never upload their
         update (under masking, after they shared their keys, so the server unmasks without them)."""
-        t = self.training
-        return seeds.stragglers(t.seed, round, cohort, t.stragglers) if self.drop_stragglers else frozenset()
+        return self.stragglers(round) if self.drop_stragglers else frozenset()
 
     def index_policy(self) -> IndexPolicy | None:
         """A fresh index policy: the server's keeps state across rounds; a worker's only draws sketch hashes."""

@@ -410,7 +410,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
                  for n in layouts]
     steps = _Steps(pool, tally, cohort, by_worker, plan.dropout,
                    np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17])),
-                   FRESH_STEPS if fresh else STEPS, plan.dropped_stragglers(r, cohort))
+                   FRESH_STEPS if fresh else STEPS, plan.dropped_stragglers(r))
     try:
         for cid, msgs in steps.run(advertise, "advertise",
                                    lambda w, cs: (r, sessions, cohort, cs, [a.length for a in aggs],

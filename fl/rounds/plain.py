@@ -101,9 +101,8 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
     A malformed or non-finite update is rejected and never aggregated; the round goes on without it.
     `carried`: the previous round's evaluation, which the workers run after training (fl.evaluation)."""
     length = server.plan.length
-    cohort = sorted(c for cs in by_worker.values() for c in cs)
     by_worker = _vanish(server.plan, r, by_worker, tally)
-    by_worker = _miss(server.plan.dropped_stragglers(r, cohort), by_worker, tally)
+    by_worker = _miss(server.plan.dropped_stragglers(r), by_worker, tally)
     calls = {}
     for w, clients in by_worker.items():
         ref, catchup = delivery.to(w)

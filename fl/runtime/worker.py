@@ -136,8 +136,7 @@ class Worker:
         if not t.stragglers or self.plan.drop_stragglers:
             return None
         if self.straggling[0] != round:
-            cohort = seeds.cohort(t.seed, round, t.num_clients, t.clients_per_round)
-            self.straggling = (round, seeds.stragglers(t.seed, round, cohort, t.stragglers))
+            self.straggling = (round, self.plan.stragglers(round))
         if cid not in self.straggling[1]:
             return None
         return seeds.straggler_steps(t.seed, round, cid, t.local_epochs * -(-samples // t.batch_size))

@@ -485,6 +485,22 @@ def test_a_run_whose_final_loss_is_not_finite_says_so_when_it_ends(tmp_path, cap
     assert "warning" not in capsys.readouterr().err
 
 
+def test_a_run_whose_final_loss_is_no_better_than_a_uniform_guess_says_so_when_it_ends(tmp_path, capsys):
+    """Local SGD at lr 3 blows the loss up to about 1e18 with every weight, output and update finite: nothing is
+    refused or aborted and the loss is finite, so no other warning fires, yet the model is at chance. The warning
+    compares the final loss with ln 10, the uniform prediction's; lr 2 trains and stays silent."""
+    rows = small(tmp_path, "secagg=none", "compression=none", "fl.lr=3", "fl.num_clients=5", "fl.clients_per_round=5")
+    assert rows["rejected"].eq(0).all() and not rows["aborted"].any()
+    assert np.log(10) < rows["loss"].iloc[-1] < np.inf and rows["accuracy"].iloc[-1] < 0.2
+    err = capsys.readouterr().err
+    assert f"warning: the final model's test loss {rows['loss'].iloc[-1]:.4g} is not below a uniform guess's " \
+           "(ln 10 = 2.303): it predicts no better than guessing each class equally" in err and "lower fl.lr" in err
+    assert err.count("warning") == 1
+    rows = small(tmp_path / "fine", "secagg=none", "compression=none", "fl.lr=2", "fl.num_clients=5",
+                 "fl.clients_per_round=5")
+    assert rows["loss"].iloc[-1] < 0.5 and "warning" not in capsys.readouterr().err
+
+
 def test_a_run_whose_last_rounds_refused_every_update_says_so_when_it_ends(tmp_path, capsys):
     """Local SGD at lr 5 diverges after two rounds: from then on every update is non-finite and refused, the loss
     stays finite and earlier rounds applied updates, so neither of the other warnings fires; the final model is

@@ -296,10 +296,10 @@ def test_settings_that_cannot_act_have_one_spelling():
     """Top-k at ratio 1 is no compression, and a residual dtype without error feedback stores nothing: each is
     spelled as its default, so equal runs share a config hash (a sweep runs them once, the report finds the
     dense baseline)."""
-    for secagg in ("none", "dh"):
-        at_one = validate(fl.compose([f"secagg={secagg}", "compression.ratio=1.0"]))
+    for protocol in ("none", "dh"):
+        at_one = validate(fl.compose([f"secagg={protocol}", "compression.ratio=1.0"]))
         assert (at_one.compression.name, at_one.compression.ratio) == ("none", 1.0)
-        assert at_one == validate(fl.compose([f"secagg={secagg}", "compression=none"]))
+        assert at_one == validate(fl.compose([f"secagg={protocol}", "compression=none"]))
     no_feedback = validate(fl.compose(["secagg=none", "compression.error_feedback=false",
                                        "compression.residual_dtype=float16"]))
     assert no_feedback.compression.residual_dtype == "float32"

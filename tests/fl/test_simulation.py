@@ -103,7 +103,8 @@ def test_bytes_are_the_lengths_of_the_serialized_messages_with_masking(tmp_path,
     exchanges = 2 if policy == "fresh" else 1
     assert len(recorded["encode_masked"]) == len(recorded["encode_advertise"]) == 6 * exchanges * len(rows)
     assert len(recorded.get("encode_round_index", [])) == (len(rows) if policy == "fresh" else 0)
-    n, b, k = rows["n_params"].iloc[0], rows["field_bits"].iloc[0], 481  # ceil(0.1 * 4810)
+    n, b, k = rows["n_params"].iloc[0], rows["field_bits"].iloc[0], 481
+    assert n == 4810  # mlp_small on digits: k = ceil(0.1 n)
     elements = k + 1 + (0 if policy == "fresh" else 2 * k)  # values, weight (one digit), the residual sketch
     assert b == 16 + 3  # 6 clients of 16-bit values
     assert 0 < max(recorded["encode_masked"]) - wire.masked_bytes(elements, b) <= wire._FRAME_BYTES

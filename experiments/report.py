@@ -349,7 +349,7 @@ def wire_column(link: tuple[float, float, float]) -> str:
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
-    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), runs=("seed", "size"),
+    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), seed_set=("seed", seed_set), runs=("seed", "size"),
               accuracy=("final_accuracy", "mean"),
               accuracy_std=("final_accuracy", "std"), accuracy_last=("last_accuracy", "mean"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
@@ -363,7 +363,24 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     t["up_vs_dense"] = t["up_per_client"].to_numpy() / base["up_per_client"].to_numpy()
     t["down_vs_dense"] = t["down_per_client"].to_numpy() / base["down_per_client"].to_numpy()
     t["accuracy_change"] = t["accuracy"].to_numpy() - base["accuracy"].to_numpy()
+    t["dense_seed_set"] = base["seed_set"].to_numpy()
     return t
+
+
+def seed_set(seeds: pd.Series) -> str:
+    """The seeds a line ran, as ranges: '0-4', '0-2, 4'."""
+    values, spans = sorted({int(s) for s in seeds}), []
+    for v in values:
+        if spans and v == spans[-1][1] + 1:
+            spans[-1][1] = v
+        else:
+            spans.append([v, v])
+    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
+
+
+def _other_seeds(r) -> bool:
+    """Whether a line's Δ vs dense compares means over different seeds (its dense baseline ran others)."""
+    return isinstance(r.dense_seed_set, str) and r.dense_seed_set != r.seed_set
 
 
 def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
@@ -371,7 +388,7 @@ def _dense_baseline(t: pd.DataFrame) -> pd.DataFrame:
     differs from it only in the codec and the masking, else the only dense line there where their configs differ
     only in keys one of them lacks (written before the key existed); NaN where neither exists (several dense
     lines, none alike; or a dense run at another lr, dropout, momentum ...)."""
-    keys, values = BASELINE + ["rounds"], ["up_per_client", "down_per_client", "accuracy"]
+    keys, values = BASELINE + ["rounds"], ["up_per_client", "down_per_client", "accuracy", "seed_set"]
     dense = t[(t["compression"] == "none") & (t["secagg"] == "none")]
     alike = t[keys + ["base"]].merge(dense[keys + ["base"] + values].drop_duplicates(keys + ["base"]),
                                      on=keys + ["base"], how="left")
@@ -393,6 +410,8 @@ LINK_NOTE = (" Wire s: a client's seconds on the wire per round over the link na
              "a plain round, one per protocol step for a masked one); the server's link is taken as no bottleneck. "
              "A model applied to the counted bytes, not a measurement.")
 REPEATS_NOTE = " (over runs where a seed ran more than once, say on two machines: the seeds column says how many)"
+OTHER_SEEDS_NOTE = ("; a difference of means, so where the baseline ran other seeds than the line (its seeds named "
+                    "in the cell) it mixes the seeds' spread into Δ: compare such lines seed by seed")
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
                "pool with them, named on every line of the same data, model and run length. ")
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid); clipped / "
@@ -462,8 +481,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              + "Bytes: per client per round, counted from the serialized messages. Δ vs dense, x dense: "
              "relative to the dense baseline (no compression, no masking) of the same environment, data, model and "
              "run length, alike in every key but the codec's and the masking's (a dropout rate must match too; "
-             "blank where there is no such run). "
-             "Seconds: per round "
+             "blank where there is no such run)" + (OTHER_SEEDS_NOTE if any(map(_other_seeds, t.itertuples())) else "")
+             + ". Seconds: per round "
              "(client-side stages summed over the cohort; decode s: a masked round's server work on what it "
              "unmasked, choosing the index set and applying the sum; an unmasked round decodes each update as it "
              f"adds it, inside round s). Rounds to target: rounds up to the first with accuracy >= {target} (the "
@@ -496,7 +515,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_ef(r)} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
             f"{f'| {r.other} ' if others else ''}| {r.seeds}{f' ({r.runs} runs)' if r.runs != r.seeds else ''} "
             f"| {accuracy_cell(r.accuracy, r.accuracy_std, r.runs)} | {r.accuracy_last:.3f} "
-            f"| {_num(r.accuracy_change, '+.3f')} "
+            f"| {_num(r.accuracy_change, '+.3f')}{f' (dense: seeds {r.dense_seed_set})' if _other_seeds(r) else ''} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
             f"| {hosts.lettered(r.hosts, tag)} "
@@ -771,7 +790,8 @@ def main(argv=None) -> pd.DataFrame:
         t[wire_column(link)] = wire_seconds(t, link)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    hidden = ["base"] + ([] if _has_others(t) else ["other"]) + ([] if _has_lost(t) else LOST)
+    hidden = (["base", "seed_set", "dense_seed_set"] + ([] if _has_others(t) else ["other"])
+              + ([] if _has_lost(t) else LOST))
     names = ("topk_table.csv", "topk_table.md", "accuracy_vs_ratio.png", "accuracy_vs_bytes.png",
              "accuracy_vs_round.png", "time_breakdown.png")
     with together(*(out / name for name in names)) as (csv, md, by_ratio, by_bytes, by_round, breakdown):

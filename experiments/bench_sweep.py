@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 from experiments.args import positive_int, summary
+from fl.results import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 # what a cell computes (timings, ids and peak memory vary between any two runs of it)
@@ -66,7 +67,7 @@ def sweep(overrides: list[str], results: Path) -> dict:
 
 
 def cells(results: Path) -> dict[str, pd.DataFrame]:
-    return {d.name: pd.read_csv(d / "rounds.csv") for d in sorted(results.iterdir()) if (d / "done.json").exists()}
+    return {d.name: read_rows(d / "rounds.csv") for d in sorted(results.iterdir()) if (d / "done.json").exists()}
 
 
 def equal_cells(a: dict[str, pd.DataFrame], b: dict[str, pd.DataFrame]) -> int:
@@ -83,7 +84,7 @@ def timeline(results: Path) -> tuple[float, float]:
     """(first_cell_s, per_cell_overhead_s) of a sweep whose cells ran one after another: the first cell's
     start-up (its start to its first round), and the median over the later cells of each cell's wall (its
     start to the next cell's start) minus its rounds. Cells that overlap (a cluster's) give (nan, nan)."""
-    done = sorted(((json.loads((d / "done.json").read_text()), pd.read_csv(d / "rounds.csv")["t_round"].sum())
+    done = sorted(((json.loads((d / "done.json").read_text()), read_rows(d / "rounds.csv")["t_round"].sum())
                    for d in results.iterdir() if (d / "done.json").exists()), key=lambda x: x[0]["started_at"])
     starts = [x["started_at"] for x, _ in done]
     first = done[0][0]["rounds_started_at"] - starts[0]

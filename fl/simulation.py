@@ -343,11 +343,13 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
                   "updates with fl.max_update_norm" if frame["rejected"].iloc[tail].sum() > 0 else "")
         print(f"fedsqueeze: warning: the last {stalled} of {len(rows)} rounds applied no update ({'; '.join(why)}), "
               f"so the final model is round {len(rows) - stalled - 1}'s.{advice}", file=sys.stderr)
-    guess = math.log(NUM_CLASSES[rows[-1]["dataset"]])  # the loss of the uniform prediction
+    classes = NUM_CLASSES[rows[-1]["dataset"]]
+    guess = math.log(classes)  # the test loss of the uniform prediction
+    # a finite loss no lower than that: a divergence no other check sees (nothing refused, every number finite), or
+    # no learning; a model that never moved is named above
     if loss is not None and guess <= loss < float("inf") and not (aborted | emptied).all():
-        # finite outputs: a diverged training that no other check catches (nothing refused, weights finite)
         print(f"fedsqueeze: warning: the final model's test loss {loss:.4g} is not below a uniform guess's "
-              f"(ln {NUM_CLASSES[rows[-1]['dataset']]} = {guess:.3f}): it predicts no better than guessing each class "
+              f"(ln {classes} = {guess:.3f}): it predicts no better than guessing each class "
               "equally (its training diverged, learned nothing, or is sure of wrong classes). If the loss grew over "
               "the rounds, lower fl.lr or fl.server_lr, or bound updates with fl.max_update_norm", file=sys.stderr)
     return log.read()

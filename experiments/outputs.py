@@ -57,6 +57,12 @@ def command_line(module: str, argv) -> str:
 
 
 def number_range(values) -> str:
-    """Integers as a table's text: 0, 1, 2, 3, 4 -> '0-4' (three or more consecutive), others listed: '0, 1', '0, 2'."""
-    v = sorted({int(x) for x in values})
-    return f"{v[0]}-{v[-1]}" if len(v) > 2 and v == list(range(v[0], v[-1] + 1)) else ", ".join(map(str, v))
+    """Integers as a table's text: three or more consecutive as a range, others listed: 0, 1, 2, 3, 4 -> '0-4',
+    0, 1, 2, 4 -> '0-2, 4', '0, 1', '0, 2'."""
+    spans: list[list[int]] = []  # [first, last] of each run of consecutive integers
+    for x in sorted({int(x) for x in values}):
+        if spans and x == spans[-1][1] + 1:
+            spans[-1][1] = x
+        else:
+            spans.append([x, x])
+    return ", ".join(f"{a}-{b}" if b - a > 1 else ", ".join(map(str, range(a, b + 1))) for a, b in spans)

@@ -349,7 +349,7 @@ def wire_column(link: tuple[float, float, float]) -> str:
 def table(runs: pd.DataFrame) -> pd.DataFrame:
     """One line per setting and run length (runs of different lengths are never averaged as seeds)."""
     g = runs.groupby(SETTING + ["rounds"], dropna=False, sort=True)
-    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), seed_set=("seed", seed_set), runs=("seed", "size"),
+    t = g.agg(base=("base", "first"), seeds=("seed", "nunique"), seed_set=("seed", number_range), runs=("seed", "size"),
               accuracy=("final_accuracy", "mean"),
               accuracy_std=("final_accuracy", "std"), accuracy_last=("last_accuracy", "mean"),
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
@@ -365,17 +365,6 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
     t["accuracy_change"] = t["accuracy"].to_numpy() - base["accuracy"].to_numpy()
     t["dense_seed_set"] = base["seed_set"].to_numpy()
     return t
-
-
-def seed_set(seeds: pd.Series) -> str:
-    """The seeds a line ran, as ranges: '0-4', '0-2, 4'."""
-    values, spans = sorted({int(s) for s in seeds}), []
-    for v in values:
-        if spans and v == spans[-1][1] + 1:
-            spans[-1][1] = v
-        else:
-            spans.append([v, v])
-    return ", ".join(f"{a}-{b}" if b > a else f"{a}" for a, b in spans)
 
 
 def _other_seeds(r) -> bool:

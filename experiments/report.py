@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -103,7 +104,14 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     if "code" not in rows:  # rows kept before the code's commit was a column
         rows["code"] = UNRECORDED
     rows["code"] = rows["code"].astype(object).fillna(UNRECORDED)
-    rows["other"] = rows["run_id"].map(other_settings(rows, configs))
+    items = other_items(rows, configs)
+    rows["other"] = rows["run_id"].map({r: _joined(i) for r, i in items.items()})
+    # the part of it outside the codec and the masking (stragglers, server lr, Dirichlet alpha): a crowded plot
+    # panel is split by it; codec_other is the rest
+    rows["condition"] = rows["run_id"].map({r: _joined(kv for kv in i if not _under(kv[0], CODEC))
+                                            for r, i in items.items()})
+    rows["codec_other"] = rows["run_id"].map({r: _joined(kv for kv in i if _under(kv[0], CODEC))
+                                              for r, i in items.items()})
     # what a line shares with its dense baseline: everything but the codec and the masking (dropouts included); a
     # key a config.json lacks (written before the key existed) as the value runs had before it
     rows["base"] = rows["run_id"].map({r: json.dumps({k: v for k, v in ({**BEFORE_KEYS, **c} if c else c).items()
@@ -171,10 +179,14 @@ def _settings(config: Path) -> dict[str, str]:
     return settings
 
 
-def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[str, str]:
-    """run_id -> the config keys (`key=value, ...`) in which it differs from runs the other columns would pool
+def _joined(items) -> str:
+    return ", ".join(f"{k}={v}" for k, v in items)
+
+
+def other_items(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """run_id -> the config keys (as (key, value) pairs) in which it differs from runs the other columns would pool
     with it (an lr or a cohort size swept at one seed would otherwise read as seeds of one setting), in whichever
-    environment each ran (two environments' lines then differ in nothing else); '' where none. A key found so is
+    environment each ran (two environments' lines then differ in nothing else); none where none. A key found so is
     named on every run of the same data, model and length, so a setting run at one value of it only (alone in its
     pool) still says which; so is a key outside the codec and the masking in which runs of the same data, model
     and length differ (top-k run at another lr or dropout than its dense runs). A key a run's config.json lacks
@@ -198,8 +210,8 @@ def other_settings(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> di
         keys = sorted(apart.union(*(found[r] for r in g["run_id"])))
         for run_id, masked in zip(g["run_id"], g["secagg"] != "none"):
             cfg = configs.get(run_id, {})
-            other[run_id] = ", ".join(f"{k}={_plain(cfg[k])}" for k in keys
-                                      if k in cfg and (masked or not _under(k, MASKING_ONLY)))
+            other[run_id] = [(k, _plain(cfg[k])) for k in keys
+                             if k in cfg and (masked or not _under(k, MASKING_ONLY))]
     return other
 
 
@@ -271,12 +283,12 @@ def stage_seconds(run: pd.DataFrame, stage: str) -> pd.Series:
 def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
     """One line per run: final accuracy and its mean over the last LAST evaluated rounds, rounds to target,
     per-round bytes and stage seconds."""
-    rows = rows.assign(**{c: rows[c] if c in rows else "" for c in ("other", "base")})
+    rows = rows.assign(**{c: rows[c] if c in rows else "" for c in ("other", "base", "condition", "codec_other")})
 
     def summarize(run: pd.DataFrame) -> pd.Series:
         run = run.sort_values("round")
         reached = run.loc[run["accuracy"] >= target, "round"]
-        out = {k: run[k].iloc[0] for k in SETTING + ["seed", "base"]}
+        out = {k: run[k].iloc[0] for k in SETTING + ["seed", "base", "condition", "codec_other"]}
         out["host"] = hosts.of(run)
         # all clients' upload until the target is first reached, per client of the population
         upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
@@ -661,26 +673,80 @@ def _legend_below(ax) -> None:
     ax.legend(fontsize=6, loc="upper center", bbox_to_anchor=(0.5, 0), bbox_transform=below, frameon=False)
 
 
+MAX_LINES = 12  # a panel of more lines whose runs ran under several conditions is split, one panel per condition
+
+
+def _data_panels(frame: pd.DataFrame, names, length: str) -> list[tuple[tuple, str | None, pd.DataFrame]]:
+    """(dataset, partition, model), condition, rows with each row's line as `setting` (`names(rows)`) and `length`:
+    a panel per data, partition and model; one of more than MAX_LINES lines whose runs differ in settings outside the
+    codec and the masking (stragglers, server momentum, Dirichlet alpha: the `condition` column) is a panel per
+    condition, whose lines are named by their codec's settings alone (32 lines on one panel could not be told apart),
+    named over the whole group so that a line reads the same in each of its panels."""
+    frame = frame.assign(**{c: frame[c].fillna("") if c in frame else "" for c in ("condition", "codec_other")})
+    out = []
+    for key, g in frame.groupby(["dataset", "partition", "model"]):
+        g = g.assign(setting=names(g))
+        if len(set(zip(g["setting"], g[length]))) > MAX_LINES and g["condition"].nunique() > 1:
+            g = g.assign(setting=names(g.assign(other=g["codec_other"])))
+            out += [(key, condition, c) for condition, c in g.groupby("condition")]
+        else:
+            out.append((key, None, g))
+    return out
+
+
+def _panel_title(name: str, condition: str | None) -> str:
+    return name if condition is None else f"{name}\n" + "\n".join(textwrap.wrap(condition or "(none)", 70))
+
+
+def _split_styles(panels, length: str) -> dict[tuple, dict[tuple, dict]]:
+    """For each data group split into panels: each line's look, the same in every panel of the group (each panel's
+    own cycle would give one setting a new colour per condition)."""
+    lines: dict[tuple, set] = {}
+    for key, condition, g in panels:
+        if condition is not None:
+            lines.setdefault(key, set()).update(zip(g["setting"], g[length]))
+    return {key: dict(zip(sorted(found), STYLES)) for key, found in lines.items()}
+
+
+def _share_y(panels, axes) -> None:
+    """One y range over the panels of a split group, so its conditions compare by eye."""
+    groups: dict[tuple, list] = {}
+    for (key, condition, _), ax in zip(panels, axes.flat):
+        if condition is not None:
+            groups.setdefault(key, []).append(ax)
+    for group in groups.values():
+        lo, hi = min(ax.get_ylim()[0] for ax in group), max(ax.get_ylim()[1] for ax in group)
+        for ax in group:
+            ax.set_ylim(lo, hi)
+
+
+def _line_count(panel) -> int:
+    return len(set(zip(panel[2]["setting"], panel[2]["length"])))
+
+
 def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
-    """One panel per data, partition and model (three to a row): each setting's final accuracy against its
-    cumulative upload per client of the population (every client's bytes over the run / num_clients, as the
-    table's upload to target), a point per ratio; runs of different lengths are separate lines."""
-    panels = list(runs.groupby(["dataset", "partition", "model"]))
-    fig, axes = _panels(len(panels), max(len(set(zip(setting_names(g, ratio=False), g["rounds"])))
-                                         for _, g in panels))
-    for ax, ((dataset, partition, model), g) in zip(axes.flat, panels):
+    """One panel per data, partition and model (three to a row; a crowded one per condition, _data_panels): each
+    setting's final accuracy against its cumulative upload per client of the population (every client's bytes over
+    the run / num_clients, as the table's upload to target), a point per ratio; runs of different lengths are
+    separate lines."""
+    panels = _data_panels(runs.assign(length=runs["rounds"]), lambda g: setting_names(g, ratio=False), "length")
+    styles = _split_styles(panels, "length")
+    fig, axes = _panels(len(panels), max(map(_line_count, panels)))
+    for ax, ((dataset, partition, model), condition, g) in zip(axes.flat, panels):
         several = g["rounds"].nunique() > 1
-        g = g.assign(codec=setting_names(g, ratio=False))
-        for (name, rounds), c in g.groupby(["codec", "rounds"]):
+        for (name, rounds), c in g.groupby(["setting", "rounds"]):
             s = c.groupby("ratio")[["upload_total_per_client", "final_accuracy"]].mean().sort_values(
                 "upload_total_per_client")
             ax.plot(s["upload_total_per_client"], s["final_accuracy"],
-                    label=f"{name} ({rounds} rounds)" if several else name)
+                    label=f"{name} ({rounds} rounds)" if several else name,
+                    **styles.get((dataset, partition, model), {}).get((name, rounds), {}))
         ax.set_xscale("log")
-        ax.set_title(f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset} ({partition})", fontsize=9)
+        ax.set_title(_panel_title(f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset} ({partition})",
+                                  condition), fontsize=9)
         ax.set_xlabel("cumulative upload per client of the population (bytes)")
         ax.grid(alpha=0.3)
         _legend_below(ax)
+    _share_y(panels, axes)
     for ax in axes[:, 0]:
         ax.set_ylabel("final test accuracy")
     fig.suptitle("Accuracy vs. bytes sent, every codec\n(points: ratios, mean over seeds)")
@@ -690,25 +756,26 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
 
 
 def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
-    """One panel per data, partition and model (three to a row): test accuracy each round, mean over seeds, per
-    setting."""
+    """One panel per data, partition and model (three to a row; a crowded one per condition, _data_panels): test
+    accuracy each round, mean over seeds, per setting."""
     rows = rows.dropna(subset=["accuracy"])
     length = rows.groupby("run_id")["round"].transform("max") + 1
-    rows = rows.assign(length=length)
-    panels = list(rows.groupby(["dataset", "partition", "model"]))
-    fig, axes = _panels(len(panels), max(len(set(zip(setting_names(g), g["length"]))) for _, g in panels))
-    for ax, ((dataset, partition, model), g) in zip(axes.flat, panels):
+    panels = _data_panels(rows.assign(length=length), setting_names, "length")
+    styles = _split_styles(panels, "length")
+    fig, axes = _panels(len(panels), max(map(_line_count, panels)))
+    for ax, ((dataset, partition, model), condition, g) in zip(axes.flat, panels):
         several = g["length"].nunique() > 1  # runs of different lengths are never averaged as seeds
-        g = g.assign(setting=setting_names(g))
         for (name, rounds), c in g.groupby(["setting", "length"]):
             curve = c.groupby("round")["accuracy"].mean()
             ax.plot(curve.index + 1, curve.to_numpy(), label=f"{name} ({rounds} rounds)" if several else name,
                     linewidth=1.2, linestyle="--" if "+" in name else "-", markersize=3,
-                    markevery=max(1, len(curve) // 8))
-        ax.set_title(f"{model}, {dataset} ({partition})", fontsize=9)
+                    markevery=max(1, len(curve) // 8),
+                    **styles.get((dataset, partition, model), {}).get((name, rounds), {}))
+        ax.set_title(_panel_title(f"{model}, {dataset} ({partition})", condition), fontsize=9)
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
         _legend_below(ax)
+    _share_y(panels, axes)
     for ax in axes[:, 0]:
         ax.set_ylabel("test accuracy (mean over seeds)")
     fig.suptitle("Accuracy vs. round (dashed: masked)")

@@ -431,6 +431,57 @@ def test_every_line_of_a_crowded_panel_looks_different_and_the_title_fits_the_fi
     assert legend.y1 <= label.y0 and legend.y0 >= 0  # under the axis label, inside the figure
 
 
+def _figures(monkeypatch):
+    """The (figure, axes) of each plot drawn from here on, kept open."""
+    made = []
+    subplots = report.plt.subplots
+    monkeypatch.setattr(report.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
+    monkeypatch.setattr(report.plt, "close", lambda fig: None)
+    return made
+
+
+def test_a_crowded_panel_of_runs_under_several_conditions_is_a_panel_per_condition_its_lines_alike_in_each(
+        tmp_path, monkeypatch):
+    """The stragglers study's 32 lines on one panel, 16 of them differing only in the stragglers' settings, could
+    not be told apart: such a panel is one panel per condition (the settings outside the codec), its title naming
+    the condition, its lines the codec's settings only (a masked line's threshold too), drawn alike in every panel
+    and on one y range."""
+    codecs = [("none", 1.0, "none")] + [(c, 0.01, "none") for c in ("topk", "randk", "qsgd", "int8", "fp16", "ternary")]
+    for stragglers in (0.0, 0.5):
+        for i, (compression, ratio, secagg) in enumerate(codecs + [("topk", 0.01, "dh")] * (2 if stragglers else 0)):
+            threshold = (None, 5)[i % 2] if secagg == "dh" else None
+            name = f"{stragglers}-{i}"
+            rows = [dict(r, compression=compression, ratio=ratio, secagg=secagg, field_bits=20 if secagg == "dh"
+                         else np.nan, index_policy="fresh(marginals)" if secagg == "dh" else "per-client",
+                         accuracy=r["accuracy"] - stragglers / 2 - i / 100) for r in _rows(name, 0, 20, 0.8)]
+            _write_run(tmp_path, name, rows, {**_config(threshold=threshold),
+                                              "fl": {"lr": 0.1, "rounds": 2, "stragglers": stragglers}})
+    rows, _ = report.load([str(tmp_path)])
+    assert set(report.table(report.per_run(rows, 0.6))["other"]) >= {"fl.stragglers=0.0", "fl.stragglers=0.5",
+                                                                      "fl.stragglers=0.5, secagg.threshold=5"}
+    made = _figures(monkeypatch)
+    report.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
+    report.plot_accuracy_vs_bytes(report.per_run(rows, 0.6), tmp_path / "bytes.png")
+    for (fig, axes), lines, data in zip(made, (("none", "qsgd 0.01", "topk 0.01 + dh (fresh(marginals)), "
+                                                "secagg.threshold=5"),
+                                               ("none", "qsgd", "topk + dh (fresh(marginals)), secagg.threshold=5")),
+                                        ("lenet", "lenet (10 params)")):
+        panels = [ax for ax in axes.flat if ax.get_visible()]
+        assert [ax.get_title() for ax in panels] == [f"{data}, fashion_mnist (shards)\nfl.stragglers={s}"
+                                                     for s in ("0.0", "0.5")]
+        drawn = [{line.get_label(): line for line in ax.get_lines()} for ax in panels]
+        assert not any("stragglers" in label for d in drawn for label in d)
+        assert lines[0] in drawn[0] and lines[1] in drawn[0] and lines[2] in drawn[1] and lines[2] not in drawn[0]
+        assert {"secagg.threshold=null" in label for label in drawn[1]} == {True, False}
+        for label in lines[:2]:
+            a, b = drawn[0][label], drawn[1][label]
+            assert (a.get_color(), a.get_marker()) == (b.get_color(), b.get_marker())
+        looks = [(line.get_color(), line.get_marker()) for line in drawn[1].values()]
+        assert len(set(looks)) == len(looks)
+        assert panels[0].get_ylim() == panels[1].get_ylim()
+        assert [len(ax.get_lines()) for ax in panels] == [7, 9]
+
+
 def test_a_seed_run_twice_is_counted_as_one_seed_and_the_table_says_how_many_runs(tmp_path):
     """The same cell rerun on another machine into another folder, both reported: two runs of one seed read as
     'seeds 1' with a standard deviation over two runs."""

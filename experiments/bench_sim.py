@@ -161,7 +161,8 @@ def run_cell(cell: dict, rounds: int, results_dir: str) -> dict:
     seed, per_round = int(rows["seed"].iloc[0]), cell.get("clients_per_round", n)
     sampled = set().union(*(cohort(seed, r, n, per_round) for r in range(len(rows))))
     with_state = len(sampled) if cell["compression"] != "none" else 0  # clients that kept a residual
-    median = lambda *columns, per=1: float(sum(steady[c].fillna(0) for c in columns if c in steady).median() / per)  # noqa: E731
+    def median(*columns, per=1):
+        return float(sum(steady[c].fillna(0) for c in columns if c in steady).median() / per)
     server_s = median("t_broadcast", "t_aggregate", "t_unmask", "t_decode")
     # evaluation after the round, plus a worker's share of an evaluation carried by the next round's training
     carried = rows["t_evaluate_carried"].fillna(0) if "t_evaluate_carried" in rows else 0 * rows["t_evaluate"]

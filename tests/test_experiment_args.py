@@ -5,7 +5,8 @@ import pytest
 
 import secagg
 
-from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes, codec_accuracy, codec_bench, field_bits,
+from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes,
+                         codec_accuracy, codec_bench, field_bits,
                          gpu_round, grid, index_policies, index_sets, report)
 
 

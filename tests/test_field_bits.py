@@ -54,7 +54,8 @@ def test_against_compares_every_masked_ratio_with_per_client_top_k_at_one_ratio(
     for seed in range(3):
         for ratio, secagg, accuracy in ((0.01, "none", 0.960), (0.02, "none", 0.970), (0.02, "dh", 0.955)):
             rows.append({"setting": "per-client" if secagg == "none" else "masked", "seed": seed, "compression": "topk",
-                         "ratio": ratio, "secagg": secagg, "accuracy": accuracy + 0.01 * seed + 0.001 * seed * (secagg == "dh")})
+                         "ratio": ratio, "secagg": secagg,
+                         "accuracy": accuracy + 0.01 * seed + 0.001 * seed * (secagg == "dh")})
     runs = pd.DataFrame(rows)
     (own,) = field_bits.paired_gaps(runs)
     (line,) = field_bits.paired_gaps(runs, against=0.01)
@@ -95,7 +96,8 @@ def test_against_runs_the_reference_per_client_setting_without_its_masked_twin(t
 
 def test_each_masked_line_runs_at_the_quant_bits_its_label_names():
     labels = dict(field_bits.settings([0.01], [8, 16]))
-    assert labels["masked, quant_bits 8 (field 12 bits)"] == ["secagg=dh", "compression.ratio=0.01", "secagg.quant_bits=8"]
+    assert labels["masked, quant_bits 8 (field 12 bits)"] == ["secagg=dh", "compression.ratio=0.01",
+                                                              "secagg.quant_bits=8"]
     assert labels["masked, quant_bits 16 (field 20 bits)"][-1] == "secagg.quant_bits=16"
 
 

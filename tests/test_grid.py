@@ -15,8 +15,10 @@ def _runs(rows):
 
 
 def test_a_shards_row_is_compared_with_shards_dense_not_with_iid_dense(tmp_path):
-    runs = _runs([("iid: dense", 0, "iid", "Xeon", True, 0.85, 4e6), ("shards: dense", 0, "shards", "Xeon", True, 0.75, 4e6),
-                  ("iid: top-k", 0, "iid", "Xeon", False, 0.80, 1e5), ("shards: top-k", 0, "shards", "EPYC", False, 0.60, 2e5)])
+    runs = _runs([("iid: dense", 0, "iid", "Xeon", True, 0.85, 4e6),
+                  ("shards: dense", 0, "shards", "Xeon", True, 0.75, 4e6),
+                  ("iid: top-k", 0, "iid", "Xeon", False, 0.80, 1e5),
+                  ("shards: top-k", 0, "shards", "EPYC", False, 0.60, 2e5)])
     table = grid.summarize(runs).set_index("setting")
     assert table.loc["shards: dense", "accuracy_vs_dense"] == 0
     assert table.loc["shards: top-k", "accuracy_vs_dense"] == pytest.approx(-0.15)  # not -0.25 (against IID dense)
@@ -41,8 +43,10 @@ def test_two_seeds_show_their_spread_and_a_partition_without_dense_is_refused():
 
 
 def test_upload_is_compared_with_the_dense_run_of_its_own_partition():
-    runs = _runs([("iid: dense", 0, "iid", "Xeon", True, 0.85, 4e6), ("shards: dense", 0, "shards", "Xeon", True, 0.75, 8e6),
-                  ("iid: top-k", 0, "iid", "Xeon", False, 0.80, 1e5), ("shards: top-k", 0, "shards", "Xeon", False, 0.60, 2e5)])
+    runs = _runs([("iid: dense", 0, "iid", "Xeon", True, 0.85, 4e6),
+                  ("shards: dense", 0, "shards", "Xeon", True, 0.75, 8e6),
+                  ("iid: top-k", 0, "iid", "Xeon", False, 0.80, 1e5),
+                  ("shards: top-k", 0, "shards", "Xeon", False, 0.60, 2e5)])
     table = grid.summarize(runs).set_index("setting")
     assert table.loc["shards: top-k", "upload_vs_dense"] == pytest.approx(0.025)  # 2e5 / 8e6, not / 4e6
     assert table.loc["iid: top-k", "upload_vs_dense"] == pytest.approx(0.025)

@@ -115,8 +115,10 @@ def test_the_table_names_the_code_of_its_runs_and_older_rows_say_they_did_not_re
 
 
 def test_round_curves_are_three_panels_to_a_row_one_per_model_and_partition(tmp_path, monkeypatch):
-    rows = pd.DataFrame([dict(r, model=m, partition=p, compression="none", secagg="none", ratio=1.0, error_feedback=True)
-                         for m in ("mlp_small", "lenet") for p in ("iid", "shards", "dirichlet")[:3 if m == "lenet" else 2]
+    rows = pd.DataFrame([dict(r, model=m, partition=p, compression="none", secagg="none", ratio=1.0,
+                              error_feedback=True)
+                         for m in ("mlp_small", "lenet")
+                         for p in ("iid", "shards", "dirichlet")[:3 if m == "lenet" else 2]
                          for r in _rows(f"{m}-{p}", 0, 20, 0.7)])
     made = []
     subplots = report.plt.subplots
@@ -209,12 +211,14 @@ def test_a_flag_column_read_as_numbers_other_than_0_and_1_stops_the_report_namin
 def test_last_5_averages_each_runs_last_five_evaluated_rounds_then_the_seeds():
     """The column where a final round's swing would mislead: rounds without an evaluation do not count."""
     rows = []
-    for run_id, seed, accuracies in (("a", 0, [0.1, 0.2, 0.5, 0.6, None, 0.7, 0.8, 0.9]), ("b", 1, [0.1] * 6 + [0.3, 0.5])):
+    for run_id, seed, accuracies in (("a", 0, [0.1, 0.2, 0.5, 0.6, None, 0.7, 0.8, 0.9]),
+                                     ("b", 1, [0.1] * 6 + [0.3, 0.5])):
         for r, acc in enumerate(accuracies):
             row = _rows(run_id, seed, 20, 0.5)[0]
             rows.append({**row, "round": r, "accuracy": acc})
     runs = report.per_run(pd.DataFrame(rows), target=0.6)
-    assert runs.set_index("seed")["last_accuracy"].round(6).to_dict() == {0: 0.7, 1: 0.22}  # (.5+.6+.7+.8+.9)/5; (.1+.1+.1+.3+.5)/5
+    # (.5+.6+.7+.8+.9)/5; (.1+.1+.1+.3+.5)/5
+    assert runs.set_index("seed")["last_accuracy"].round(6).to_dict() == {0: 0.7, 1: 0.22}
     t = report.table(runs)
     assert t["accuracy_last"].round(6).tolist() == [0.46] and t["accuracy"].round(6).tolist() == [0.7]
     md = report.markdown(t, [], 0.6, "cmd")
@@ -264,7 +268,8 @@ def test_runs_that_differ_in_a_setting_the_columns_do_not_show_are_separate_line
     drawn = []
     monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append(kw["label"]))
     report.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
-    assert sorted(drawn) == ["topk 0.02 + dh (fresh(marginals)), fl.lr=0.05", "topk 0.02 + dh (fresh(marginals)), fl.lr=0.1"]
+    assert sorted(drawn) == ["topk 0.02 + dh (fresh(marginals)), fl.lr=0.05",
+                             "topk 0.02 + dh (fresh(marginals)), fl.lr=0.1"]
 
 
 def test_lines_of_two_environments_name_the_settings_they_differ_in_and_are_compared_only_setting_by_setting(tmp_path):
@@ -287,7 +292,8 @@ def test_lines_of_two_environments_name_the_settings_they_differ_in_and_are_comp
     _write_run(tmp_path, "i2", [dict(r, run_id="i2", env="ray", t_round=0.3) for r in _rows("i2", 1, 20, 0.7)],
                {**_config(), "seed": 1, "fl": {"lr": 0.1, "rounds": 2, "num_clients": 10}})
     rows, _ = report.load([str(tmp_path)])
-    compared = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd").split("Environments compared")[1]
+    compared = (report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd")
+                .split("Environments compared")[1])
     assert [[c.strip() for c in line.split("|")[-3:-1]] for line in compared.splitlines() if "fl.num_clients" in line] \
         == [["0.7", "0.3"]]  # the shards setting of 10 clients, inline and ray; the others ran in one environment
 
@@ -366,7 +372,8 @@ def test_each_line_is_compared_with_the_dense_run_of_its_own_other_settings(tmp_
              for r in _rows("d", 0, 20, 0.7)]
     sparse = [dict(r, secagg="none", index_policy="per-client", field_bits=np.nan) for r in _rows("s", 0, 20, 0.7)]
     for lr, acc in ((0.1, 0.9), (0.05, 0.6)):
-        _write_run(tmp_path, f"d{lr}", [dict(r, run_id=f"d{lr}", accuracy=acc, bytes_up_per_client=1000) for r in dense],
+        _write_run(tmp_path, f"d{lr}",
+                   [dict(r, run_id=f"d{lr}", accuracy=acc, bytes_up_per_client=1000) for r in dense],
                    {**_config(lr=lr), "compression": {"name": "none"}})
         _write_run(tmp_path, f"s{lr}", [dict(r, run_id=f"s{lr}", accuracy=acc - 0.1) for r in sparse],
                    {**_config(lr=lr), "compression": {"name": "topk", "ratio": 0.02}})
@@ -394,7 +401,8 @@ def test_a_plain_runs_time_bar_stacks_every_stage_though_it_has_no_masking_stage
     monkeypatch.setattr(report.plt.Axes, "bar",
                         lambda self, x, h, bottom, label: bars.update({label: (list(h), list(bottom))}))
     report.plot_time_breakdown(runs, tmp_path / "time.png")
-    assert bars["evaluate"] == ([0.5], [pytest.approx(1.2)]) and bars["other"] == ([pytest.approx(0.3)], [pytest.approx(1.7)])
+    assert bars["evaluate"] == ([0.5], [pytest.approx(1.2)]) \
+        and bars["other"] == ([pytest.approx(0.3)], [pytest.approx(1.7)])
 
 
 def test_lines_that_lost_clients_or_rounds_say_how_many_and_other_tables_have_no_such_columns():
@@ -404,7 +412,8 @@ def test_lines_that_lost_clients_or_rounds_say_how_many_and_other_tables_have_no
     md = report.markdown(t, [], 0.6, "cmd")
     assert "| dropped / round | rejected / round | clipped / round | aborted rounds |" in md
     assert "| 3.00 | 0.00 | 0.00 | 1 |" in md
-    calm = report.table(report.per_run(pd.DataFrame([dict(r, dropped=0, rejected=0, aborted=False) for r in rows]), 0.6))
+    calm = report.table(report.per_run(pd.DataFrame([dict(r, dropped=0, rejected=0, aborted=False)
+                                                     for r in rows]), 0.6))
     assert "dropped / round" not in report.markdown(calm, [], 0.6, "cmd")
 
 
@@ -422,12 +431,14 @@ def test_every_line_of_a_crowded_panel_looks_different_and_the_title_fits_the_fi
     fig, axes = made[0]
     lines = axes[0, 0].get_lines()
     assert len(lines) == 26
-    looks = {(tuple(np.round(report.matplotlib.colors.to_rgba(line.get_color()), 3)), line.get_marker()) for line in lines}
+    looks = {(tuple(np.round(report.matplotlib.colors.to_rgba(line.get_color()), 3)), line.get_marker())
+             for line in lines}
     assert len(looks) == 26
     renderer = fig.canvas.get_renderer()
     title = fig._suptitle.get_window_extent(renderer)
     assert title.x0 >= 0 and title.x1 <= fig.bbox.width
-    label, legend = axes[0, 0].xaxis.label.get_window_extent(renderer), axes[0, 0].get_legend().get_window_extent(renderer)
+    label, legend = (axes[0, 0].xaxis.label.get_window_extent(renderer),
+                     axes[0, 0].get_legend().get_window_extent(renderer))
     assert legend.y1 <= label.y0 and legend.y0 >= 0  # under the axis label, inside the figure
 
 
@@ -513,7 +524,8 @@ def test_the_title_says_what_the_runs_cover_so_a_demo_is_not_read_as_federated_e
     fed = [r | dict(num_clients=100, clients_per_round=10) for s in range(5) for r in _rows(f"f{s}", s, 20, 0.7)]
     demo = [r | dict(dataset="digits", partition="iid", model="mlp_small", num_clients=10, clients_per_round=10)
             for r in _rows("d", 0, 20, 0.9) + [dict(_rows("d", 0, 20, 0.9)[1], round=2)]]
-    assert report.scope(pd.DataFrame(fed)) == "fashion_mnist (shards) · lenet · 100 clients, 10 a round · 2 rounds · seeds 0-4"
+    assert report.scope(pd.DataFrame(fed)) == ("fashion_mnist (shards) · lenet · 100 clients, 10 a round · "
+                                               "2 rounds · seeds 0-4")
     both = report.scope(pd.DataFrame(fed + demo))
     assert both == ("digits (iid); fashion_mnist (shards) · lenet, mlp_small · 10 clients, all every round; "
                     "100 clients, 10 a round · 2, 3 rounds · seeds 0-4")

@@ -119,7 +119,8 @@ def test_sigterm_ends_a_run_through_its_handlers_keeping_the_round_that_waited_f
     assert list(rows["round"]) == list(range(len(rows))) and len(rows) >= 3
 
 
-@pytest.mark.parametrize("entry", ["import fl", "import runpy; sys.argv = ['simulate.py']; runpy.run_path('simulate.py')"])
+@pytest.mark.parametrize("entry", ["import fl",
+                                   "import runpy; sys.argv = ['simulate.py']; runpy.run_path('simulate.py')"])
 def test_python_3_14_is_refused_naming_the_clash_of_the_two_compression_packages(entry):
     """On 3.14 the standard library's own `compression` (PEP 784), hidden by ours, broke gzip's import with an
     error that named neither; the entry points refuse it first (the interpreter's version patched here)."""

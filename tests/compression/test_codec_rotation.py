@@ -156,7 +156,8 @@ def test_a_spike_does_not_flatten_the_rest_as_a_per_vector_int8_scale_does():
     relative = lambda d: np.linalg.norm(d - x) / np.linalg.norm(x)
     rotated = RotationCodec(bits=8).decode(RotationCodec(bits=8).encode(x), 4096)
     int8 = compression.get("int8")().decode(compression.get("int8")().encode(x), 4096)
-    assert relative(rotated) < 0.02 and np.abs(np.delete(rotated - x, 17)).mean() < np.abs(np.delete(int8 - x, 17)).mean()
+    assert relative(rotated) < 0.02 \
+        and np.abs(np.delete(rotated - x, 17)).mean() < np.abs(np.delete(int8 - x, 17)).mean()
 
 
 @pytest.mark.parametrize("bits", [2, 4])

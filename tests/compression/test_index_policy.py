@@ -196,7 +196,8 @@ def test_sketch_falls_back_to_randk_exactly_when_no_sketch_fits(length):
 
 
 @pytest.mark.parametrize("name, summary", [("sketch", "sketch"), ("randk", "sketch"), ("prev_topk", "sketch"),
-                                           *[("fresh", s) for s in ("marginals", "blocks", "sketch", "exact", "energy")]])
+                                           *[("fresh", s)
+                                             for s in ("marginals", "blocks", "sketch", "exact", "energy")]])
 def test_every_policy_sends_everything_as_all_when_k_is_the_length(name, summary):
     """No table rides with the values when every position is sent: under `fresh` the summary would choose nothing
     (masking without compression keeps the default policy, `fresh` with marginals)."""

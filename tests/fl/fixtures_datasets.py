@@ -48,7 +48,8 @@ def write_cifar10(root: Path, x_train, y_train, x_test, y_test) -> dict[str, str
         blobs[f"data_batch_{i}"] = {"batch_label": f"training batch {i} of 5",
                                     "data": x_train[part].reshape(len(part), -1),
                                     "labels": [int(v) for v in y_train[part]]}
-    blobs["test_batch"] = {"batch_label": "testing batch 1 of 1", "data": x_test.reshape(len(x_test), x_test[0].size if len(x_test) else 3072),
+    blobs["test_batch"] = {"batch_label": "testing batch 1 of 1",
+                           "data": x_test.reshape(len(x_test), x_test[0].size if len(x_test) else 3072),
                            "labels": [int(v) for v in y_test]}
     blobs["batches.meta"] = {"label_names": ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog",
                                              "horse", "ship", "truck"], "num_vis": 3072, "num_cases_per_batch": 10000}

@@ -21,8 +21,10 @@ def run(tmp_path, *overrides):
 # final accuracy after 6 rounds (mlp_small, 10 IID clients, ratio 0.1, no server compression, seed 0) must reach
 # a bar a few points below its measured figure: topk 0.853, randk 0.758, qsgd 0.881, fp16 0.875, int8 0.875,
 # ternary 0.847, countsketch 0.172 (a per-client sketch of 4,810 entries learns slowly)
-BARS = {"topk": 0.8, "randk": 0.7, "qsgd": 0.85, "fp16": 0.85, "int8": 0.85, "ternary": 0.8, "countsketch": 0.15, "rotation": 0.85}
-EXACT_SIZE = ("randk", "qsgd", "fp16", "int8", "countsketch", "rotation")  # size() is exact; topk's and ternary's a bound
+BARS = {"topk": 0.8, "randk": 0.7, "qsgd": 0.85, "fp16": 0.85, "int8": 0.85, "ternary": 0.8, "countsketch": 0.15,
+        "rotation": 0.85}
+# size() is exact; topk's and ternary's a bound
+EXACT_SIZE = ("randk", "qsgd", "fp16", "int8", "countsketch", "rotation")
 
 
 @pytest.mark.parametrize("codec", [name for name in compression.names() if name != "none"])
@@ -99,7 +101,8 @@ def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
         return encode(round, cid, codec, length, weight, payload)
 
     monkeypatch.setattr(wire, "encode_update", record)
-    run(tmp_path, "model=mlp_small", "secagg=none", "fl.rounds=1", "compression.per_layer=true", "compression.ratio=0.1")
+    run(tmp_path, "model=mlp_small", "secagg=none", "fl.rounds=1", "compression.per_layer=true",
+        "compression.ratio=0.1")
     kept = []
     for codec, length, payload in sent:
         dense = compression.get(codec)().decode(payload, length)
@@ -109,7 +112,8 @@ def test_per_layer_topk_keeps_a_share_of_every_layer(tmp_path, monkeypatch):
 
 def test_per_layer_is_refused_for_a_codec_without_layers():
     """It read as a TypeError's text ("unexpected keyword argument 'layout'"); now it names the codecs that have one."""
-    with pytest.raises(ConfigError, match="per_layer=true: 'randk' has no per-layer form; int8, qsgd, ternary, topk have"):
+    with pytest.raises(ConfigError,
+                       match="per_layer=true: 'randk' has no per-layer form; int8, qsgd, ternary, topk have"):
         validate(fl.compose(["compression=randk", "secagg=none", "compression.per_layer=true"]))
 
 

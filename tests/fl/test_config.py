@@ -102,7 +102,8 @@ def test_the_api_sets_codec_options_as_the_command_lines_plus_does_and_the_codec
         api = validate(fl.build_config(mask_protocol=None, compression_protocol="qsgd", **spelled))
         assert api == cli and api.compression.options == {"levels": 8}
     with pytest.raises(ConfigError, match="levelz"):  # an option the codec does not take is still refused
-        validate(fl.build_config(mask_protocol=None, compression_protocol="qsgd", compression={"options": {"levelz": 8}}))
+        validate(fl.build_config(mask_protocol=None, compression_protocol="qsgd",
+                                 compression={"options": {"levelz": 8}}))
     with pytest.raises(ConfigError, match="optionz"):  # and a misspelt key outside the options
         fl.build_config(mask_protocol=None, compression_protocol="qsgd", compression={"optionz": {"levels": 8}})
 
@@ -200,7 +201,8 @@ def test_one_key_given_twice_by_two_spellings_is_refused(kwargs, match):
     ("ray.num_workers=0", "ray.num_workers"),
     ("ray.num_cpus_per_worker=-1", "num_cpus_per_worker"),
     ("ray.num_gpus_per_worker=-1", "num_gpus_per_worker"),
-    ("ray.call_timeout_s=0", r"ray.call_timeout_s must be a positive number of seconds or null \(wait for ever\), got 0"),
+    ("ray.call_timeout_s=0", r"ray.call_timeout_s must be a positive number of seconds or null "
+                             r"\(wait for ever\), got 0"),
     ("ray.call_timeout_s=inf", "ray.call_timeout_s"),
     ("ray.call_timeout_s=nan", "ray.call_timeout_s"),
     ("secagg=none secagg.dropout=5", r"secagg.dropout must be in \[0, 1\), got 5"),  # was reset, unread, unchecked
@@ -208,7 +210,8 @@ def test_one_key_given_twice_by_two_spellings_is_refused(kwargs, match):
     # the protocol calls them degree and threshold t; the refusal names the keys the user set
     ("secagg=secaggplus secagg.neighbours=1", r"secagg.neighbours=1, secagg.threshold=null with 10 clients a round: "
                                               r"degree must be an even integer in \[2, 9\]"),
-    ("secagg=secaggplus secagg.neighbours=4 secagg.threshold=6", r"secagg.neighbours=4, secagg.threshold=6 .*exceeds the 5"),
+    ("secagg=secaggplus secagg.neighbours=4 secagg.threshold=6",
+     r"secagg.neighbours=4, secagg.threshold=6 .*exceeds the 5"),
 ])
 def test_inconsistent_values_are_refused(override, match):
     with pytest.raises(ConfigError, match=match):
@@ -372,7 +375,8 @@ def test_per_layer_selection_of_masked_uploads_acts_only_on_a_compressed_broadca
     assert upload_only[0] == upload_only[1]
     both = spelled()  # the broadcast's top-k selects per layer
     assert both[0] != both[1]
-    plain = [config_hash(as_dict(validate(fl.compose(["secagg=none", "compression.ratio=0.1", "compression.server=false",
+    plain = [config_hash(as_dict(validate(fl.compose(["secagg=none", "compression.ratio=0.1",
+                                                      "compression.server=false",
                                                       f"compression.per_layer={v}"])))) for v in ("true", "false")]
     assert plain[0] != plain[1]
 
@@ -469,7 +473,8 @@ def test_unbiased_randk_on_the_broadcast_is_refused_where_it_diverges():
     unbiased = ["secagg=none", "compression=randk", "+compression.options.unbiased=true"]
     for ratio in ("0.1", "0.5"):
         for client in ("true", "false"):
-            with pytest.raises(ConfigError, match="unbiased values on the broadcast.*diverges.*compression.server=false"):
+            with pytest.raises(ConfigError,
+                               match="unbiased values on the broadcast.*diverges.*compression.server=false"):
                 validate(fl.compose([*unbiased, f"compression.ratio={ratio}", f"compression.client={client}"]))
     assert validate(fl.compose([*unbiased, "compression.ratio=0.1", "compression.server=false"]))
     assert validate(fl.compose([*unbiased, "compression.ratio=0.7"]))  # the part left shrinks
@@ -480,7 +485,8 @@ def test_an_evaluation_period_past_the_last_round_has_one_spelling():
     """Rounds 0 and rounds - 1 are always evaluated, so every fl.eval_every >= rounds - 1 evaluates the same rounds:
     20 and 50 ran bit for bit the same 20-round run under two hashes."""
     def spelled(every, rounds=20):
-        return config_hash(as_dict(validate(fl.compose(["secagg=none", f"fl.rounds={rounds}", f"fl.eval_every={every}"]))))
+        return config_hash(as_dict(validate(fl.compose(["secagg=none", f"fl.rounds={rounds}",
+                                                        f"fl.eval_every={every}"]))))
     assert spelled(19) == spelled(20) == spelled(50) != spelled(18)
     assert spelled(1, rounds=2) == spelled(5, rounds=2) and spelled(1, rounds=1) == spelled(3, rounds=1)
 

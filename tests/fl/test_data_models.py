@@ -121,7 +121,8 @@ def test_dirichlet_with_small_alpha_skews_labels_more_than_iid():
     def mean_classes(parts):
         return np.mean([len(np.unique(labels[p])) for p in parts])
 
-    assert mean_classes(partition(labels, 10, "dirichlet", 0.1, 0)) < mean_classes(partition(labels, 10, "iid", 0, 0)) - 3
+    assert mean_classes(partition(labels, 10, "dirichlet", 0.1, 0)) \
+        < mean_classes(partition(labels, 10, "iid", 0, 0)) - 3
 
 
 def test_a_dirichlet_split_that_leaves_a_client_empty_names_both_ways_out():

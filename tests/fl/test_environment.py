@@ -73,8 +73,10 @@ def test_every_row_of_a_run_names_its_code():
 
 
 def test_the_cpu_is_named_with_its_generation_and_vector_unit(tmp_path):
-    """Two EPYC generations both called "AMD EPYC" by a virtual machine round differently: the row must tell them apart."""
-    block = "processor\t: {n}\nmodel name\t: AMD EPYC\ncpu family\t: {fam}\nmodel\t\t: 1\nflags\t\t: fpu sse4_2 avx2{extra}\n\n"
+    """Two EPYC generations both called "AMD EPYC" by a virtual machine round differently: the row must tell them
+    apart."""
+    block = ("processor\t: {n}\nmodel name\t: AMD EPYC\ncpu family\t: {fam}\n"
+             "model\t\t: 1\nflags\t\t: fpu sse4_2 avx2{extra}\n\n")
     for fam, extra, expected in ((25, "", "AMD EPYC (family 25, model 1; AVX2)"),
                                  (23, " avx512f", "AMD EPYC (family 23, model 1; AVX-512)")):
         info = tmp_path / f"cpuinfo{fam}"

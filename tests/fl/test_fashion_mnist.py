@@ -30,7 +30,8 @@ def test_lenet_at_federated_scale_learns_real_fashion_mnist_from_a_read_only_sys
     system.chmod(0o555)
     before, real_before = _listing(system), _listing(SYSTEM)
     rows = fl.run(fl.compose([
-        f"results.dir={tmp_path / 'rows'}", "backend=inline", "dataset=fashion_mnist", f"dataset.root={tmp_path / 'no'}",
+        f"results.dir={tmp_path / 'rows'}", "backend=inline",
+        "dataset=fashion_mnist", f"dataset.root={tmp_path / 'no'}",
         f"dataset.system_dirs=[{system}]", f"dataset.cache={tmp_path / 'cache'}", "model=lenet", "secagg=none",
         "compression=none", "fl.num_clients=100", "fl.clients_per_round=10", "fl.rounds=5", "fl.local_epochs=1"]))
     assert rows["dataset"].iloc[0] == "fashion_mnist" and rows["n_params"].iloc[0] == 107_786

@@ -89,7 +89,8 @@ def test_a_client_that_refuses_its_update_keeps_its_memory_and_the_sum_leaves_it
         update, n = train(self, cid, round)
         return (update * np.float32(np.nan) if round >= 2 else update), n
 
-    monkeypatch.setattr(Worker, "train", lambda self, cid, r: poisoned(self, cid, r) if cid % 3 == 0 else train(self, cid, r))
+    monkeypatch.setattr(Worker, "train",
+                        lambda self, cid, r: poisoned(self, cid, r) if cid % 3 == 0 else train(self, cid, r))
     rows = fl.run(fl.compose([f"results.dir={tmp_path}", *BASE, "secagg=dh"]))
     assert rows["rejected"].iloc[2:].sum() > 0
     _check_sum(captured["servers"][0], captured["workers"])

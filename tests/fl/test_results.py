@@ -31,7 +31,8 @@ def test_shared_index_keys_leave_the_hash_of_a_run_without_masking_alone_and_nam
                 _hash(*masked, "compression.fresh_summary=blocks"),
                 _hash(*masked, "compression.fresh_summary=blocks", "compression.block_size=16")}) == 4
     # the summary before marginals (blocks of 64) keeps the hash it had when it was the default
-    as_before = as_dict(validate(fl.compose(["secagg=dh", "compression.ratio=0.1", "compression.fresh_summary=blocks"])))
+    as_before = as_dict(validate(fl.compose(["secagg=dh", "compression.ratio=0.1",
+                                             "compression.fresh_summary=blocks"])))
     for key in ("fresh_summary", "block_size", "sketch_quant_bits"):
         del as_before["compression"][key]
     assert config_hash(as_before) == _hash(*masked, "compression.fresh_summary=blocks")

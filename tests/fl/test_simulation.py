@@ -230,7 +230,8 @@ def test_a_crashed_run_keeps_its_rows_and_a_rerun_does_not_overwrite_them(tmp_pa
     killed = read_rows(kept[0])  # its run id read as the string it is
     assert len(kept) == 1 and len(killed) == 2
     # named for the run whose rows they are, as its failed-<run_id>.txt is; the rerun is another run
-    assert kept[0].name == f"rounds.incomplete-{killed['run_id'].iloc[0]}.csv" != f"rounds.incomplete-{rows['run_id'].iloc[0]}.csv"
+    assert kept[0].name == f"rounds.incomplete-{killed['run_id'].iloc[0]}.csv" \
+        != f"rounds.incomplete-{rows['run_id'].iloc[0]}.csv"
     assert (folder / f"failed-{killed['run_id'].iloc[0]}.txt").exists()
 
 
@@ -545,7 +546,8 @@ def test_a_run_whose_every_update_was_rejected_says_so_when_it_ends(tmp_path, ca
     small(tmp_path / "some", "secagg=none", "compression=none", "fl.rounds=2", "secagg.dropout=0.3")
     assert "warning" not in capsys.readouterr().err
     # dropped before their upload and the rest rejected: still no update applied
-    rows = small(tmp_path / "lost", "secagg=none", "compression=none", "fl.lr=1e20", "fl.rounds=2", "secagg.dropout=0.3")
+    rows = small(tmp_path / "lost", "secagg=none", "compression=none", "fl.lr=1e20", "fl.rounds=2",
+                 "secagg.dropout=0.3")
     assert (rows["dropped"] > 0).all() and (rows["rejected"] < rows["clients_per_round"]).all()
     assert "the dropped and rejected columns" in capsys.readouterr().err  # not only the rejected
 

@@ -283,7 +283,8 @@ def test_index_set_travels_as_seed_or_as_the_smaller_position_block():
     sparse = np.sort(np.random.default_rng(2).choice(n, 50, replace=False))
     for positions in (dense, sparse):
         fields = wire.index_set_fields(positions, 0, n)
-        message = wire.encode_broadcast(1, "none", n, False, compression.NoCompression().encode(np.zeros(n, np.float32)),
+        message = wire.encode_broadcast(1, "none", n, False,
+                                        compression.NoCompression().encode(np.zeros(n, np.float32)),
                                         **fields)
         np.testing.assert_array_equal(wire.decode_index_set(wire.decode_broadcast(message, n)), positions)
     assert len(wire.index_set_fields(dense, 0, n)["index_positions"]) == 1 + n // 8  # bitmap

@@ -390,7 +390,8 @@ def test_fresh_learns_faster_than_the_stale_sketch_on_non_iid_digits_with_partia
             "fl.num_clients=20", "fl.clients_per_round=8", "compression.ratio=0.02", "fl.rounds=8"]
     fresh = fl.run(fl.compose([*base, "compression.index_policy=fresh"]))
     stale = fl.run(fl.compose([*base, "compression.index_policy=sketch"]))
-    first = lambda rows: int((rows["accuracy"] >= 0.6).idxmax()) if (rows["accuracy"] >= 0.6).any() else 99  # noqa: E731
+    def first(rows):
+        return int((rows["accuracy"] >= 0.6).idxmax()) if (rows["accuracy"] >= 0.6).any() else 99
     assert first(fresh) <= 3 < 6 <= first(stale)
     assert fresh["bytes_up"].sum() < stale["bytes_up"].sum()
 

@@ -44,8 +44,10 @@ def test_a_mapping_with_a_page_swapped_out_is_not_clean(monkeypatch):
     import io
 
     smaps = ("7f0000000000-7f0000001000 r-xp 00000000 08:01 1 /usr/lib/libtorch_cuda.so\n"
-             "Rss:                   4 kB\nPrivate_Dirty:         0 kB\nAnonymous:             0 kB\nSwap:                  4 kB\n"
+             "Rss:                   4 kB\nPrivate_Dirty:         0 kB\n"
+             "Anonymous:             0 kB\nSwap:                  4 kB\n"
              "7f0000002000-7f0000003000 r-xp 00000000 08:01 1 /usr/lib/libtorch_cuda.so\n"
-             "Rss:                   4 kB\nPrivate_Dirty:         0 kB\nAnonymous:             0 kB\nSwap:                  0 kB\n")
+             "Rss:                   4 kB\nPrivate_Dirty:         0 kB\n"
+             "Anonymous:             0 kB\nSwap:                  0 kB\n")
     monkeypatch.setattr(memory, "open", lambda path: io.StringIO(smaps), raising=False)
     assert memory.clean_mappings() == [(0x7f0000002000, 0x7f0000003000, 4096)]

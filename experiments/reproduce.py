@@ -6,9 +6,10 @@
 A run directory holds the cell's config.json and rounds.csv. `--rounds R` reruns only the first R rounds
 (a round's result does not depend on how many follow, except that the last is always evaluated) and
 compares those. Exits non-zero if accuracy, loss, any byte count, the count of catch-ups, rejected or dropped
-clients, or whether the round aborted differs (`COMPARED`). Rows agree bit for bit only on the CPU that recorded
-them (its `env_cpu`): another CPU's vector kernels round float sums differently, which moves accuracy and loss,
-and through the chosen positions a top-k message's bytes; a difference on another CPU is named so.
+clients, the local steps trained (where the rows have them), or whether the round aborted differs (`COMPARED`).
+Rows agree bit for bit only on the CPU that recorded them (its `env_cpu`): another CPU's vector kernels round float
+sums differently, which moves accuracy and loss, and through the chosen positions a top-k message's bytes; a
+difference on another CPU is named so.
 
 One rule changed how bytes are counted since results were first committed: rows recorded before commit
 8000978 charged a client's dense catch-up at round 0's broadcast length rather than the catch-up message's
@@ -32,7 +33,7 @@ from experiments import hosts
 from fl.results import read_rows
 
 COMPARED = ("accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol", "bytes_up_sketch",
-            "bytes_down", "catchups", "rejected", "aborted", "dropped")
+            "bytes_down", "catchups", "rejected", "aborted", "dropped", "local_steps")
 
 
 def rerun(run_dir: Path, rounds: int | None, backend: str, workers: int | None, out: Path) -> pd.DataFrame:

@@ -38,7 +38,7 @@ COLUMNS = [
     "clients_per_round", "compression", "ratio", "client_compression", "server_compression", "error_feedback",
     "aggregation", "index_policy", "secagg", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload",
     "bytes_up_protocol", "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "catchups",
-    "rejected", "clipped", "update_norm_max", "aborted",
+    "rejected", "clipped", "update_norm_max", "aborted", "local_steps",
     "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask",
     "dropped_masked_sketch", "dropped_unmask_sketch", "late_ignored",
     "t_setup", "t_broadcast", "t_sync", "t_train", "t_encode", "t_mask", "t_aggregate", "t_unmask", "t_decode",

@@ -106,7 +106,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             row = dict(static, round=r, rejected=0, clipped=0, aborted=False, dropped=0,
                        t_setup=t_setup if r == 0 else 0.0)
             row["state_lost_bytes"] = replace_dead_workers(pool, server, size, r, held, timeline)
-            stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0)  # the column is in every row
+            stats: dict[str, float] = defaultdict(float, t_evaluate_carried=0.0, local_steps=0)  # in every row
             cohort = seeds.cohort(seed, r, num_clients, clients_per_round)
             by_worker: dict[int, list[int]] = defaultdict(list)
             for cid in cohort:
@@ -281,6 +281,7 @@ def log_round(log: RunLog, rows: list, row: dict, tally: Tally, cohort_size: int
     row.update(bytes_up=up, bytes_up_payload=tally.up_payload, bytes_up_protocol=tally.up_protocol,
                bytes_up_sketch=tally.up_sketch, bytes_up_per_client=up / cohort_size, bytes_down=tally.down,
                bytes_down_per_client=tally.down / cohort_size, t_round=seconds, **tally.stats)
+    row["local_steps"] = int(row["local_steps"])  # summed over workers as floats, as the seconds are
     row["driver_peak_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     log.write(row)
     rows.append(row)

@@ -79,7 +79,7 @@ class SGD:
 def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.ndarray | torch.Tensor,
                 y: np.ndarray | torch.Tensor, epochs: int, batch_size: int, seed: int, device: str = "cpu",
                 max_steps: int | None = None) -> int:
-    """Run `epochs` of minibatch SGD on (x, y); batch order from `seed` alone. Returns samples seen.
+    """Run `epochs` of minibatch SGD on (x, y); batch order from `seed` alone. Returns the steps taken.
 
     `max_steps` stops after that many minibatch steps (a straggler's partial work: the first steps of its full
     local training, in the same order)."""
@@ -90,20 +90,19 @@ def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.
     n = len(yt)
     loss_fn = nn.CrossEntropyLoss()
     model.train()
-    seen = steps = 0
+    steps = 0
     for _ in range(epochs):
         order = torch.from_numpy(gen.permutation(n)).to(xt.device)
         for start in range(0, n, batch_size):
             if steps == max_steps:
-                return seen
+                return steps
             steps += 1
             idx = order[start:start + batch_size]
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(xt[idx]), yt[idx])
             loss.backward()
             optimizer.step()
-            seen += len(idx)
-    return seen
+    return steps
 
 
 @torch.inference_mode()

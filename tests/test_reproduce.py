@@ -145,7 +145,8 @@ def test_a_value_blank_on_one_side_differs_except_the_reruns_last_evaluation():
 
 
 @pytest.mark.parametrize("column", ["accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol",
-                                    "bytes_up_sketch", "bytes_down", "catchups", "rejected", "aborted", "dropped"])
+                                    "bytes_up_sketch", "bytes_down", "catchups", "rejected", "aborted", "dropped",
+                                    "local_steps"])
 def test_every_outcome_and_byte_count_is_compared(column):
     newer = reproduce.CATCHUP_COUNTED[:12]
     committed = _rows(newer, [1000, 2000], catchups=(0, 0)).assign(**{column: [1, 2]})

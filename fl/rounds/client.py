@@ -64,10 +64,12 @@ def clip_norm(update: np.ndarray, bound: float | None, norm: float | None = None
 def timed_train(worker, cid: int, round: int, t: dict) -> tuple[np.ndarray, int]:
     """The client's update (local - reference) after local training, clipped to `fl.max_update_norm` if one
     is set (counted in the row's `clipped`), and its sample count. The largest finite norm before clipping goes
-    to the row's `update_norm_max`: a measurement of the simulation, never sent, so that a bound can be chosen."""
-    t0 = time.perf_counter()
+    to the row's `update_norm_max`: a measurement of the simulation, never sent, so that a bound can be chosen.
+    The steps it trained go to the row's `local_steps`."""
+    t0, steps = time.perf_counter(), worker.steps_trained
     update, n = worker.train(cid, round)
     t["t_train"] += time.perf_counter() - t0
+    t["local_steps"] += worker.steps_trained - steps
     norm = update_norm(update)
     update, clipped = clip_norm(update, worker.plan.training.max_update_norm, norm)
     if math.isfinite(norm):

@@ -84,6 +84,7 @@ class Worker:
         self.staged: dict[int, np.ndarray] = {}  # residuals of a masked round not yet known to be applied
         self.staged_round = -1
         self.straggling: tuple[int, frozenset[int]] = (-1, frozenset())  # (round, its stragglers)
+        self.steps_trained = 0  # minibatch steps of every client this worker has trained (the rows' local_steps)
         self.replaced: dict[int, np.ndarray | None] = {}  # memory: a plain round's senders' old memories (or None)
         self.replaced_round = -1
         self.feedback = (compression.MemoryFeedback if p.memory else compression.ErrorFeedback)(p.client_codec)
@@ -125,8 +126,8 @@ class Worker:
         seed = seeds.client_seed(t.seed, round, cid)
         seed_torch(seed, t.device)
         x, y = self.x[self.parts[cid]], self.y[self.parts[cid]]
-        train_local(self.model, self.optimizer, x, y, t.local_epochs, t.batch_size, seed, t.device,
-                    self.local_steps(cid, round, len(y)))
+        self.steps_trained += train_local(self.model, self.optimizer, x, y, t.local_epochs, t.batch_size, seed,
+                                          t.device, self.local_steps(cid, round, len(y)))
         return get_flat(self.model) - self.reference, len(y)
 
     def local_steps(self, cid: int, round: int, samples: int) -> int | None:

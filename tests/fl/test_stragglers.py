@@ -1,5 +1,6 @@
 """fl.stragglers: a fraction of each round's cohort does partial local work (FedProx's system heterogeneity)."""
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 from fixtures_workers import attached_workers
@@ -38,10 +39,10 @@ def test_max_steps_trains_the_first_steps_of_the_full_local_work():
     for epochs, steps in ((1, None), (2, 5), (2, 6), (2, None), (2, 10), (2, 99)):
         torch.manual_seed(1)
         model = torch.nn.Linear(8, 3)
-        seen = train_local(model, SGD(model.parameters(), 0.1), x, y, epochs, 8, seed=2, max_steps=steps)
-        models.append((seen, torch.cat([p.detach().flatten() for p in model.parameters()])))
+        taken = train_local(model, SGD(model.parameters(), 0.1), x, y, epochs, 8, seed=2, max_steps=steps)
+        models.append((taken, torch.cat([p.detach().flatten() for p in model.parameters()])))
     # 5 steps of 8 make one epoch: 5 steps of two epochs are the one-epoch run; 10 and 99 the whole two
-    assert [s for s, _ in models] == [40, 40, 48, 80, 80, 80]
+    assert [s for s, _ in models] == [5, 5, 6, 10, 10, 10]
     assert torch.equal(models[0][1], models[1][1]) and not torch.equal(models[1][1], models[2][1])
     assert torch.equal(models[3][1], models[4][1]) and torch.equal(models[3][1], models[5][1])
 
@@ -81,7 +82,7 @@ def test_a_run_with_stragglers_is_the_same_on_any_number_of_workers(tmp_path, po
                                "fl.num_clients=20", "fl.clients_per_round=10", "fl.stragglers=0.5",
                                f"fl.straggler_policy={policy}"]))
             for n in (1, 3)]
-    for column in ("accuracy", "loss", "bytes_up", "bytes_down", "dropped"):
+    for column in ("accuracy", "loss", "bytes_up", "bytes_down", "dropped", "local_steps"):
         assert rows[0][column].tolist() == rows[1][column].tolist()
 
 
@@ -145,6 +146,26 @@ def test_dropped_stragglers_under_masking_leave_the_sum_of_the_others(tmp_path):
     assert not np.allclose(masked["loss"], _run(tmp_path, "secagg=none", *common[:3])["loss"], rtol=1e-3)
     most = _run(tmp_path, "secagg=dh", *common[:3], "fl.stragglers=0.9", "fl.straggler_policy=drop")
     assert most["aborted"].all() and (most["dropped_masked_input"] == 9).all()
+
+
+@pytest.mark.parametrize("policy", ["keep", "drop"])
+@pytest.mark.parametrize("setting", [["secagg=none", "compression=none"], ["secagg=dh", "compression.ratio=0.1"]])
+def test_the_rows_count_the_minibatch_steps_each_round_trained(tmp_path, policy, setting):
+    """local_steps: the steps the round's clients trained, summed (a measure of the work that does not depend on
+    the CPU, as the seconds do): each client's full local work, a kept straggler's drawn steps, none for a dropped
+    one (never trained), plain and masked, 10 of 20 clients a round."""
+    rows = _run(tmp_path, *setting, "fl.num_clients=20", "fl.clients_per_round=10", "fl.local_epochs=2",
+                "fl.stragglers=0.5", f"fl.straggler_policy={policy}")
+    samples = pd.read_csv(tmp_path / rows["config_hash"].iloc[0] / "partitions.csv")["samples"].to_numpy()
+    expected = []
+    for r in range(3):
+        cohort = seeds.cohort(0, r, 20, 10)
+        late = seeds.stragglers(0, r, cohort, 0.5)
+        full = {cid: 2 * -(-int(samples[cid]) // 32) for cid in cohort}
+        expected.append(sum(full[cid] if cid not in late else 0 if policy == "drop" else
+                            seeds.straggler_steps(0, r, cid, full[cid]) for cid in cohort))
+    assert rows["local_steps"].tolist() == expected
+    assert len(set(expected)) == (3 if policy == "keep" else 1)  # kept stragglers' steps are drawn each round
 
 
 def test_the_straggler_policy_is_checked_and_has_one_spelling_without_stragglers():

@@ -225,7 +225,9 @@ def test_local_training_runs_every_epoch_over_every_sample():
     rng = np.random.default_rng(1)
     x = rng.normal(size=(50, 8)).astype(np.float32)
     y = rng.integers(0, 3, 50).astype(np.int64)
-    seen = []
+    seen, steps = [], []
+    model.register_forward_hook(lambda module, inputs, output: seen.extend(inputs[0].shape[:1]))
     for epochs in (1, 3):
-        seen.append(train_local(model, SGD(model.parameters(), 0.05), x, y, epochs, 16, seed=0))
-    assert seen == [50, 150]
+        steps.append(train_local(model, SGD(model.parameters(), 0.05), x, y, epochs, 16, seed=0))
+    assert steps == [4, 12]  # batches of 16, 16, 16 and 2, each epoch
+    assert seen == [16, 16, 16, 2] * 4

@@ -163,9 +163,7 @@ class RunLog:
             if same:
                 break
             os.close(fd)  # we locked a file its last holder had already removed: take the new one
-        os.ftruncate(fd, 0)
-        os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, run {self.run_id}, since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S')}".encode())
+        _say_holder(fd, f"run {self.run_id}, since {time.strftime('%Y-%m-%d %H:%M:%S')}")
         self._lock = fd
 
     def release(self) -> None:
@@ -315,9 +313,14 @@ def _hold(lock: Path) -> int | None:
     except BlockingIOError:
         os.close(fd)
         return None
-    os.ftruncate(fd, 0)  # a run refused meanwhile names this process as the holder
-    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, renaming the folder to its current hash".encode())
+    _say_holder(fd, "renaming the folder to its current hash")
     return fd
+
+
+def _say_holder(fd: int, doing: str) -> None:
+    """Write into a held lock file who holds it and why: a run refused meanwhile names the holder."""
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()} on {socket.gethostname()}, {doing}".encode())
 
 
 def rehash(root: str | Path) -> list[tuple[str, str]]:

@@ -708,16 +708,18 @@ def _split_styles(panels, length: str) -> dict[tuple, dict[tuple, dict]]:
     return {key: dict(zip(sorted(found), STYLES)) for key, found in lines.items()}
 
 
-def _share_y(panels, axes) -> None:
-    """One y range over the panels of a split group, so its conditions compare by eye."""
+def _share_limits(panels, axes, x: bool = False) -> None:
+    """One y range (and with `x`, one x range) over the panels of a split group, so its conditions compare by
+    eye."""
     groups: dict[tuple, list] = {}
     for (key, condition, _), ax in zip(panels, axes.flat):
         if condition is not None:
             groups.setdefault(key, []).append(ax)
     for group in groups.values():
-        lo, hi = min(ax.get_ylim()[0] for ax in group), max(ax.get_ylim()[1] for ax in group)
-        for ax in group:
-            ax.set_ylim(lo, hi)
+        for get, set_ in [("get_ylim", "set_ylim")] + ([("get_xlim", "set_xlim")] if x else []):
+            limits = [getattr(ax, get)() for ax in group]
+            for ax in group:
+                getattr(ax, set_)(min(lo for lo, _ in limits), max(hi for _, hi in limits))
 
 
 def _line_count(panel) -> int:
@@ -746,7 +748,7 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
         ax.set_xlabel("cumulative upload per client of the population (bytes)")
         ax.grid(alpha=0.3)
         _legend_below(ax)
-    _share_y(panels, axes)
+    _share_limits(panels, axes, x=True)
     for ax in axes[:, 0]:
         ax.set_ylabel("final test accuracy")
     fig.suptitle("Accuracy vs. bytes sent, every codec\n(points: ratios, mean over seeds)")
@@ -775,7 +777,7 @@ def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
         ax.set_xlabel("round")
         ax.grid(alpha=0.3)
         _legend_below(ax)
-    _share_y(panels, axes)
+    _share_limits(panels, axes)
     for ax in axes[:, 0]:
         ax.set_ylabel("test accuracy (mean over seeds)")
     fig.suptitle("Accuracy vs. round (dashed: masked)")

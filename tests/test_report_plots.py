@@ -456,7 +456,7 @@ def test_a_crowded_panel_of_runs_under_several_conditions_is_a_panel_per_conditi
     """The stragglers study's 32 lines on one panel, 16 of them differing only in the stragglers' settings, could
     not be told apart: such a panel is one panel per condition (the settings outside the codec), its title naming
     the condition, its lines the codec's settings only (a masked line's threshold too), drawn alike in every panel
-    and on one y range."""
+    and on one y range (and the bytes on one x range)."""
     codecs = [("none", 1.0, "none")] + [(c, 0.01, "none") for c in ("topk", "randk", "qsgd", "int8", "fp16", "ternary")]
     for stragglers in (0.0, 0.5):
         for i, (compression, ratio, secagg) in enumerate(codecs + [("topk", 0.01, "dh")] * (2 if stragglers else 0)):
@@ -464,7 +464,8 @@ def test_a_crowded_panel_of_runs_under_several_conditions_is_a_panel_per_conditi
             name = f"{stragglers}-{i}"
             rows = [dict(r, compression=compression, ratio=ratio, secagg=secagg, field_bits=20 if secagg == "dh"
                          else np.nan, index_policy="fresh(marginals)" if secagg == "dh" else "per-client",
-                         accuracy=r["accuracy"] - stragglers / 2 - i / 100) for r in _rows(name, 0, 20, 0.8)]
+                         accuracy=r["accuracy"] - stragglers / 2 - i / 100,
+                         bytes_up=r["bytes_up"] * (1 + 20 * stragglers)) for r in _rows(name, 0, 20, 0.8)]
             _write_run(tmp_path, name, rows, {**_config(threshold=threshold),
                                               "fl": {"lr": 0.1, "rounds": 2, "stragglers": stragglers}})
     rows, _ = report.load([str(tmp_path)])
@@ -490,6 +491,8 @@ def test_a_crowded_panel_of_runs_under_several_conditions_is_a_panel_per_conditi
         looks = [(line.get_color(), line.get_marker()) for line in drawn[1].values()]
         assert len(set(looks)) == len(looks)
         assert panels[0].get_ylim() == panels[1].get_ylim()
+        if data != "lenet":  # the bytes, 11 times more at the second condition here, on one x range too
+            assert panels[0].get_xlim() == panels[1].get_xlim()
         assert [len(ax.get_lines()) for ax in panels] == [7, 9]
 
 

@@ -128,6 +128,15 @@ class Plan:
         return seeds.stragglers(t.seed, round, seeds.cohort(t.seed, round, t.num_clients, t.clients_per_round),
                                 t.stragglers)
 
+    def client_steps(self, cid: int, round: int, samples: int, stragglers: frozenset[int]) -> int:
+        """The minibatch steps client `cid` trains in `round` (`stragglers`: the round's): its whole local work
+        (fl.local_epochs passes of its batches), a kept straggler's drawn share of it, none for a dropped one."""
+        t = self.training
+        full = t.local_epochs * -(-samples // t.batch_size)
+        if cid not in stragglers:
+            return full
+        return 0 if self.drop_stragglers else seeds.straggler_steps(t.seed, round, cid, full)
+
     def dropped_stragglers(self, round: int) -> frozenset[int]:
         """The round's stragglers where they miss the round (fl.straggler_policy=drop): they never upload their
         update (under masking, after they shared their keys, so the server unmasks without them)."""

@@ -87,7 +87,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
     rows = []
     timeline = {}
     samples = summary["samples"].to_numpy()
-    train_seconds = 0.0  # a training sample's seconds (all local epochs), last measured: 0 until then
+    step_seconds = 0.0  # a minibatch step's seconds, last measured: 0 until then
     waiting = None  # (row, tally, cohort size, weights) of the round whose evaluation the next one carries
     carried = None
     held: dict[int, int] = {}  # worker -> bytes of client state it last reported (fl.rounds.exchange.Tally)
@@ -114,8 +114,10 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
 
             carried = None
             if waiting is not None:  # the last round's evaluation, shared out by this round's training load
+                stragglers = plan.stragglers(r)  # their steps are drawn: a worker's load is what it will train
                 carried = CarriedEvaluation(evaluator, waiting[3], {
-                    w: train_seconds * float(samples[cs].sum()) for w, cs in by_worker.items()})
+                    w: step_seconds * sum(plan.client_steps(c, r, int(samples[c]), stragglers) for c in cs)
+                    for w, cs in by_worker.items()})
             t0 = time.perf_counter()
             delivery, down, row["catchups"] = server.broadcast(r, cohort, by_worker, pool.put)
             stats["t_broadcast"] = time.perf_counter() - t0
@@ -126,15 +128,15 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                     timeline.setdefault("aborted", []).append([r, tally.aborted_why])  # the rows say only that
             else:
                 plain.run(server, pool, tally, r, by_worker, delivery, carried)
-            if stats["t_train"] > 0:
-                train_seconds = stats["t_train"] / float(samples[cohort].sum())
+            if stats["t_train"] > 0 and stats["local_steps"] > 0:
+                step_seconds = stats["t_train"] / stats["local_steps"]
             if waiting is not None:
                 _log_evaluated(log, rows, bar, waiting, carried)
                 waiting = None
 
             t0 = time.perf_counter()
             if r % eval_every == 0 or r == rounds - 1:
-                if overlap and r < rounds - 1 and evaluator.batch_seconds > 0 and train_seconds > 0:
+                if overlap and r < rounds - 1 and evaluator.batch_seconds > 0 and step_seconds > 0:
                     waiting = (row, tally, len(cohort), server.weights)  # carried by round r + 1
                 else:
                     row["accuracy"], row["loss"] = evaluator(server.weights)

@@ -140,7 +140,7 @@ class Worker:
             self.straggling = (round, self.plan.stragglers(round))
         if cid not in self.straggling[1]:
             return None
-        return seeds.straggler_steps(t.seed, round, cid, t.local_epochs * -(-samples // t.batch_size))
+        return self.plan.client_steps(cid, round, samples, self.straggling[1])
 
     def stats(self) -> dict:
         """Memory held across rounds for this worker's clients (residuals) and the process's peak (MB)."""

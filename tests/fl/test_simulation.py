@@ -753,9 +753,10 @@ def test_with_eval_every_the_last_round_is_evaluated_too(tmp_path):
     assert rows["accuracy"].notna().tolist() == [True, False, True, True]
 
 
-def test_a_carried_evaluation_is_shared_out_by_each_workers_training_samples(tmp_path, monkeypatch):
-    """The load a worker's training puts on round r is the last measured seconds per training sample times the
-    samples of its clients: their sum is the last round's t_train, and the split is by samples, not clients."""
+def test_a_carried_evaluation_is_shared_out_by_each_workers_training_steps(tmp_path, monkeypatch):
+    """The load a worker's training puts on round r is the last measured seconds per minibatch step times the
+    steps its clients will train: their sum is the last round's t_train, and the split is by steps, not clients
+    (fl.test_stragglers: nor samples, where stragglers train part of their work)."""
     loads = []
     carried = sim.CarriedEvaluation
     monkeypatch.setattr(sim, "CarriedEvaluation", lambda ev, w, load: (loads.append(load), carried(ev, w, load))[1])
@@ -765,7 +766,8 @@ def test_a_carried_evaluation_is_shared_out_by_each_workers_training_samples(tmp
     assert loads and samples[[0, 2]].sum() != samples[[1, 3]].sum()
     last = loads[-1]  # round 3 carries round 2's evaluation, timed by round 2's training
     assert sorted(last) == [0, 1] and sum(last.values()) == pytest.approx(rows["t_train"].iloc[2], rel=1e-6)
-    assert last[0] / last[1] == pytest.approx(samples[[0, 2]].sum() / samples[[1, 3]].sum(), rel=1e-6)
+    steps = 2 * -(-samples // 32)  # two local epochs of batches of 32
+    assert last[0] / last[1] == pytest.approx(steps[[0, 2]].sum() / steps[[1, 3]].sum(), rel=1e-6)
 
 
 def test_done_json_gives_the_last_rounds_accuracy_and_a_masked_rows_per_client_bytes_include_the_protocol(tmp_path):

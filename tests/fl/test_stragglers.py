@@ -177,3 +177,30 @@ def test_the_straggler_policy_is_checked_and_has_one_spelling_without_stragglers
     assert Plan.build(drop, [10]).drop_stragglers and not Plan.build(keep, [10]).drop_stragglers
     with pytest.raises(ConfigError, match="unknown fl.straggler_policy 'late'; available: keep, drop"):
         validate(fl.compose(["fl.stragglers=0.5", "fl.straggler_policy=late"]))
+
+
+@pytest.mark.parametrize("policy", ["keep", "drop"])
+def test_a_carried_evaluation_is_shared_out_by_the_steps_each_worker_will_train(tmp_path, monkeypatch, policy):
+    """The previous round's evaluation rides on this round's training, each worker's share sized to level their
+    finishing times: by the steps each will train (a straggler's drawn share, none for a dropped one), where it
+    was by their samples, as if every client trained its whole local work."""
+    import fl.simulation as sim
+    loads = {}
+
+    class Recorded(sim.CarriedEvaluation):
+        def __init__(self, evaluator, weights, by_worker):
+            loads[len(loads) + 2] = dict(by_worker)  # the round that carries it: round 0 is evaluated alone
+            super().__init__(evaluator, weights, by_worker)
+
+    monkeypatch.setattr(sim, "CarriedEvaluation", Recorded)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=5",
+                              "secagg=none", "compression=none", "ray.num_workers=2", "fl.num_clients=20",
+                              "fl.clients_per_round=10", "fl.stragglers=0.5", f"fl.straggler_policy={policy}"]))
+    assert sorted(loads) == [2, 3, 4] and rows["t_evaluate_carried"].iloc[1:4].gt(0).all()
+    samples = pd.read_csv(tmp_path / rows["config_hash"].iloc[0] / "partitions.csv")["samples"].to_numpy()
+    plan = Plan.build(validate(fl.compose(["secagg=none", "fl.num_clients=20", "fl.clients_per_round=10",
+                                           "fl.stragglers=0.5", f"fl.straggler_policy={policy}"])), [10])
+    for r, load in loads.items():
+        steps = {w: sum(plan.client_steps(c, r, int(samples[c]), plan.stragglers(r))
+                        for c in seeds.cohort(0, r, 20, 10) if c % 2 == w) for w in (0, 1)}
+        assert steps[0] != steps[1] and load[0] / load[1] == pytest.approx(steps[0] / steps[1])

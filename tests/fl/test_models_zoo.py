@@ -42,7 +42,7 @@ def test_every_model_trains_a_step_and_evaluates_on_every_dataset(tiny, dataset,
     assert len(before) == num_params(model) == sum(p.numel() for p in model.parameters())
     assert list(model.buffers()) == []  # the flat vector is the whole model state
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
-    assert train_local(model, optimizer, data.x_train, data.y_train, 1, 16, seed=0) == 16
+    assert train_local(model, optimizer, data.x_train, data.y_train, 1, 16, seed=0) == 1  # one step of 16
     accuracy, loss = evaluate(model, data.x_test, data.y_test)
     assert 0 <= accuracy <= 1 and np.isfinite(loss)
     assert not np.array_equal(get_flat(model), before)

@@ -601,7 +601,8 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     """One line per data, model, masking, index policy and run length: a masked policy's points are never pooled
     with another policy's (each line starts from the same dense point, so a policy run at one ratio is a line from
     dense to it; a line named for its field width only from a dense run of that width), and masking protocols with
-    the same results share one line. The x ticks are the ratios run."""
+    the same results share one line. The x ticks are the ratios run. Up to MAX_LINES lines share one panel; more
+    are a panel per data, partition and model, and a crowded one a panel per condition, as in the other plots."""
     if "field_bits" not in runs:
         runs = runs.assign(field_bits=np.nan)
     memory = _memory(runs["index_policy"]) & ~_broadcast_only(runs["index_policy"])  # clients kept memories
@@ -609,8 +610,8 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
                                                    (runs["error_feedback"].astype(bool) | memory))]
     base = base.assign(ratio=np.where(base["compression"] == "none", 1.0, base["ratio"]))
     lengths = base["rounds"].nunique() > 1
-    base = base.assign(other=base["other"].fillna("") if "other" in base else "")
-    lines: dict[tuple, tuple[pd.DataFrame, list[str]]] = {}
+    base = base.assign(**{c: base[c].fillna("") if c in base else "" for c in ("other", "condition", "codec_other")})
+    lines: dict[tuple, tuple[pd.DataFrame, list[str], tuple]] = {}
     for (dataset, partition, model, secagg, rounds, other), g in base.groupby(["dataset", "partition", "model",
                                                                                  "secagg", "rounds", "other"]):
         dense, sparse = g[g["ratio"] == 1.0], g[g["ratio"] < 1.0]
@@ -629,28 +630,69 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
             run_length = (f", {rounds} rounds" if lengths else "") + (f", {other}" if other else "")
             key = (f"{model} ({params:,} params), {dataset} {partition}", policy if secagg != "none" else None,
                    run_length, secagg == "none", tuple(s.index), tuple(s["mean"].round(6)))
-            lines.setdefault(key, (s, []))[1].append(secagg)
-    fig, ax = plt.subplots(figsize=(9, 4.5 + 0.12 * min(len(lines), 40)))  # the legend goes below the axes
-    ax.set_prop_cycle(STYLES)
-    for (name, policy, run_length, plain, _, _), (s, protocols) in lines.items():
-        masked = "" if plain else f", {'/'.join(protocols)}" + (f" {policy}" if policy is not None else " (dense)")
-        ax.errorbar(s.index, s["mean"], yerr=s["std"], capsize=3, linestyle="-" if plain else "--",
-                    label=f"{name}{masked}{run_length}")
-    ax.set_xscale("log")
-    ratios = sorted({r for s, _ in lines.values() for r in s.index})
-    ax.set_xticks(ratios, [f"{r:g}" for r in ratios])  # under a decade apart, log labels of minor ticks overlap
-    ax.minorticks_off()
-    ax.set_xlabel("compress ratio (fraction of entries kept; 1 = dense)")
-    ax.set_ylabel("final test accuracy")
-    ax.set_title("Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)")
-    ax.grid(alpha=0.3)
-    if lines:
-        _legend_below(ax)
-    else:  # an empty frame would read as a broken plot
-        ax.text(0.5, 0.5, NO_RATIO_LINE, ha="center", va="center", transform=ax.transAxes)
+            place = ((dataset, partition, model), g["condition"].iloc[0],
+                     (f", {rounds} rounds" if lengths else "") + (f", {g['codec_other'].iloc[0]}"
+                                                                   if g["codec_other"].iloc[0] else ""))
+            lines.setdefault(key, (s, [], place))[1].append(secagg)
+    drawn = _ratio_panels(lines)
+    entries = max((len(v) for v in drawn.values()), default=0)
+    if len(drawn) == 1:
+        fig, ax = plt.subplots(figsize=(9, 4.5 + 0.12 * min(entries, 40)))  # the legend goes below the axes
+        ax.set_prop_cycle(STYLES)
+        axes = np.array([[ax]])
+    else:
+        fig, axes = _panels(len(drawn), entries)
+    looks = dict(zip(sorted({label for v in drawn.values() for label, _, _ in v}), STYLES)) if len(drawn) > 1 \
+        else {}
+    for ax, (title, panel) in zip(axes.flat, drawn.items()):
+        for label, (s, plain), _ in panel:
+            ax.errorbar(s.index, s["mean"], yerr=s["std"], capsize=3, linestyle="-" if plain else "--", label=label,
+                        **looks.get(label, {}))
+        ax.set_xscale("log")
+        ratios = sorted({r for _, (s, _), _ in panel for r in s.index})
+        ax.set_xticks(ratios, [f"{r:g}" for r in ratios])  # under a decade apart, log labels of minor ticks overlap
+        ax.minorticks_off()
+        ax.set_xlabel("compress ratio (fraction of entries kept; 1 = dense)")
+        ax.grid(alpha=0.3)
+        if title:
+            ax.set_title(title, fontsize=9)
+        if panel:
+            _legend_below(ax)
+        else:  # an empty frame would read as a broken plot
+            ax.text(0.5, 0.5, NO_RATIO_LINE, ha="center", va="center", transform=ax.transAxes)
+    _share_limits([(group, condition, None) for group, condition in
+                   (panel[0][2] for panel in drawn.values() if panel)], axes)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("final test accuracy")
+    heading = "Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)"
+    (axes[0, 0].set_title if len(drawn) == 1 else fig.suptitle)(heading)
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)
+
+
+def _ratio_panels(lines: dict) -> dict[str, list]:
+    """title -> [(label, (points, plain), (group, condition or None))]: every line on one untitled panel while
+    they are at most MAX_LINES; else a panel per data, partition and model, and a panel per condition of a group
+    of more than MAX_LINES lines under several conditions (its lines named by their codec settings alone)."""
+    def masked(policy, plain, protocols) -> str:
+        return "" if plain else f", {'/'.join(protocols)}" + (f" {policy}" if policy is not None else " (dense)")
+    if len(lines) <= MAX_LINES:
+        return {"": [(f"{name}{masked(policy, plain, protocols)}{run_length}", (s, plain), (None, None))
+                     for (name, policy, run_length, plain, _, _), (s, protocols, _) in lines.items()]}
+    groups: dict[tuple, list] = {}
+    for key, (s, protocols, place) in lines.items():
+        groups.setdefault(place[0], []).append((key, s, protocols, place))
+    out: dict[str, list] = {}
+    for group, members in groups.items():
+        split = len(members) > MAX_LINES and len({place[1] for *_, place in members}) > 1
+        for (name, policy, run_length, plain, _, _), s, protocols, (_, condition, codec_other) in \
+                sorted(members, key=lambda m: m[3][1] if split else ""):
+            what = "no masking" if plain else f"masked{masked(policy, plain, protocols)}"
+            title = _panel_title(name, condition if split else None)
+            out.setdefault(title, []).append((f"{what}{codec_other if split else run_length}", (s, plain),
+                                              (group, condition if split else None)))
+    return out
 
 
 def _panels(count: int, entries: int):

@@ -523,6 +523,43 @@ def test_the_ratio_axis_is_labelled_at_the_ratios_run(tmp_path, monkeypatch):
     assert ticks == [([0.01, 0.02, 0.03, 1.0], ["0.01", "0.02", "0.03", "1"])]
 
 
+def test_a_ratio_plot_of_more_than_12_lines_is_a_panel_per_data_and_a_crowded_one_a_panel_per_condition(
+        tmp_path, monkeypatch):
+    """The memory study's ratio plot drew 31 lines of four data splits, each named by model and data, on one
+    panel: past 12 lines each data split is its own panel (named in its title), and one of more than 12 lines
+    under several conditions a panel per condition, its lines named by the codec's settings alone."""
+    policies = ("fresh(marginals)", "fresh(exact)", "fresh(energy)", "sketch", "randk", "prev_topk")
+
+    def lines(partition, condition, shift, codec_other=""):
+        other = ", ".join(x for x in (codec_other, condition) if x)
+        same = dict(partition=partition, other=other, condition=condition, codec_other=codec_other)
+        return [_run("none", "dense", 1.0, 0.8 - shift, "none") | same,
+                _run("none", "per-client", 0.01, 0.7 - shift) | same,
+                *[_run("dh", p, 0.01, 0.6 - shift - i / 100) | same for i, p in enumerate(policies)]]
+    runs = pd.DataFrame(lines("iid", "fl.server_momentum=0.0", 0.0) + lines("iid", "fl.server_momentum=0.5", 0.1)
+                        + lines("shards", "", 0.2, codec_other="secagg.clip=0.1"))
+    made = _figures(monkeypatch)
+    report.plot_accuracy_vs_ratio(runs, tmp_path / "ratio.png")
+    fig, axes = made[0]
+    panels = [ax for ax in axes.flat if ax.get_visible()]
+    assert [ax.get_title() for ax in panels] == [
+        "lenet (10 params), fashion_mnist iid\nfl.server_momentum=0.0",
+        "lenet (10 params), fashion_mnist iid\nfl.server_momentum=0.5", "lenet (10 params), fashion_mnist shards"]
+    labels = [ax.get_legend_handles_labels()[1] for ax in panels]
+    assert labels[0] == labels[1] == ["masked, dh fresh(energy)", "masked, dh fresh(exact)",
+                                      "masked, dh fresh(marginals)", "masked, dh prev_topk", "masked, dh randk",
+                                      "masked, dh sketch", "no masking"]
+    assert labels[2][-1] == "no masking, secagg.clip=0.1" and len(labels[2]) == 7
+    assert panels[0].get_ylim() == panels[1].get_ylim()
+    assert "Top-k with error feedback" in fig._suptitle.get_text()
+    # a plot of up to 12 lines stays one panel, each line named by its data
+    made.clear()
+    report.plot_accuracy_vs_ratio(runs[runs["partition"] == "shards"], tmp_path / "ratio.png")
+    (fig, ax), = made
+    assert isinstance(ax, report.plt.Axes)  # one panel, not a grid
+    assert ax.get_legend_handles_labels()[1][-1] == "lenet (10 params), fashion_mnist shards, secagg.clip=0.1"
+
+
 def test_the_title_says_what_the_runs_cover_so_a_demo_is_not_read_as_federated_evidence(tmp_path):
     fed = [r | dict(num_clients=100, clients_per_round=10) for s in range(5) for r in _rows(f"f{s}", s, 20, 0.7)]
     demo = [r | dict(dataset="digits", partition="iid", model="mlp_small", num_clients=10, clients_per_round=10)

@@ -612,14 +612,17 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     lengths = base["rounds"].nunique() > 1
     base = base.assign(**{c: base[c].fillna("") if c in base else "" for c in ("other", "condition", "codec_other")})
     lines: dict[tuple, tuple[pd.DataFrame, list[str], tuple]] = {}
+    # a masked line is labelled with its field where the masked lines of its data, model and length differ in it
+    widths = base[(base["ratio"] < 1.0) & (base["secagg"] != "none")].groupby(
+        ["dataset", "partition", "model", "rounds"])["field_bits"].nunique().gt(1)
     for (dataset, partition, model, secagg, rounds, other), g in base.groupby(["dataset", "partition", "model",
                                                                                  "secagg", "rounds", "other"]):
         dense, sparse = g[g["ratio"] == 1.0], g[g["ratio"] < 1.0]
-        widths = sparse["field_bits"].nunique() > 1  # label a masked line with its field only where they differ
+        widths_differ = bool(widths.get((dataset, partition, model, rounds), False))
         for (policy, bits), p in sparse.groupby(["index_policy", "field_bits"], dropna=False) if len(sparse) \
                 else [((None, None), sparse)]:
             anchor = dense
-            if widths and not pd.isna(bits):
+            if widths_differ and not pd.isna(bits):
                 policy = f"{policy}, {bits:.0f}-bit field"
                 # a line named for its width starts from a dense run of that width (or of none recorded) only
                 anchor = dense[dense["field_bits"].isna() | (dense["field_bits"] == bits)]

@@ -94,6 +94,12 @@ def test_masked_lines_of_different_field_widths_are_drawn_apart(tmp_path, monkey
     lines = {label.rsplit(", ", 1)[-1]: (x, y) for label, x, y in drawn}
     assert lines["20-bit field"] == ([0.01, 0.1, 1.0], [0.60, 0.75, 0.80])
     assert lines["12-bit field"] == ([0.01, 0.1], [0.62, 0.74])
+    # a masked line at another setting of the same data names its width too (it read as another setting's line)
+    drawn.clear()
+    momentum = dict(_run("dh", "fresh(marginals)", 0.01, 0.66), field_bits=20, other="fl.server_momentum=0.5")
+    report.plot_accuracy_vs_ratio(pd.concat([runs, pd.DataFrame([momentum])]), tmp_path / "plot.png")
+    assert [label for label, *_ in drawn if "momentum" in label] == [
+        "lenet (10 params), fashion_mnist iid, dh fresh(marginals), 20-bit field, fl.server_momentum=0.5"]
 
 
 def test_the_table_names_the_code_of_its_runs_and_older_rows_say_they_did_not_record_it(tmp_path):

@@ -844,21 +844,27 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     tag = hosts.letters(g.index.get_level_values("host"))  # as the table letters them
     names = [f"{d} ({p}) {m} {s}" + (f", {r:g} rounds" if lengths else "") + (f" [{e}]" if envs else "")
              + (f" [host {tag[h]}]" if several else "") for d, p, m, s, e, h, r in g.index]
-    fig, ax = plt.subplots(figsize=(max(7, 0.45 * len(g)), 3.6 + 0.055 * max(map(len, names))))  # room for the names
-    bottom = np.zeros(len(g))
+    # horizontal bars: the settings' names read level, one under the other, however long or many they are
+    # widened to the names below; laid out at the dpi it is saved at (text does not scale exactly with it)
+    fig, ax = plt.subplots(figsize=(12, 1.6 + 0.26 * len(g)), dpi=120)
+    left = np.zeros(len(g))
     for stage in STAGES + ["other"]:
-        ax.bar(range(len(g)), g[stage], bottom=bottom, label=stage.removeprefix("t_"))
-        bottom += g[stage].to_numpy()
-    ax.scatter(range(len(g)), g["t_round"], marker="_", s=200, color="black", zorder=3, label="round (wall)")
-    ax.set_xticks(range(len(g)))
-    ax.set_xticklabels(names, rotation=70, ha="right", fontsize=7)
-    ax.set_ylabel("seconds per round")
+        ax.barh(range(len(g)), g[stage], left=left, label=stage.removeprefix("t_"))
+        left += g[stage].to_numpy()
+    ax.scatter(g["t_round"], range(len(g)), marker="|", s=200, color="black", zorder=3, label="round (wall)")
+    ax.set_yticks(range(len(g)))
+    ax.set_yticklabels(names, fontsize=7)
+    ax.invert_yaxis()  # the table's order, top down
+    ax.set_xlabel("\n".join(["seconds per round", *(textwrap.wrap(f"hosts: {hosts.legend(tag)}", 100) if several
+                                                     else [])]), fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
     ax.set_title("Where a round's time goes, by stage\n(client stages summed over the cohort, a carried evaluation "
                  "over the workers;\nother = the rest of the round; unmask, broadcast and sync are in it)",
                  fontsize=10)
-    ax.legend(fontsize=8)
-    if several:
-        ax.set_xlabel("hosts: " + hosts.legend(tag), fontsize=7)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1), frameon=False)
+    fig.canvas.draw()  # the names' widths as drawn: the bars get 7 inches beside the longest, the legend 1.5
+    widest = max(t.get_window_extent().width for t in ax.get_yticklabels()) / fig.dpi
+    fig.set_size_inches(widest + 8.5, fig.get_size_inches()[1])
     fig.tight_layout()
     fig.savefig(out, dpi=120)
     plt.close(fig)

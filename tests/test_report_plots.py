@@ -398,14 +398,14 @@ def test_each_line_is_compared_with_the_dense_run_of_its_own_other_settings(tmp_
     assert t.loc[("topk", "fl.lr=0.05"), "accuracy_change"] == pytest.approx(-0.1)
 
 
-@pytest.mark.filterwarnings("ignore:No artists with labels")  # bar is replaced: nothing to put in a legend
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # barh is replaced: nothing to put in a legend
 def test_a_plain_runs_time_bar_stacks_every_stage_though_it_has_no_masking_stage(tmp_path, monkeypatch):
     """Unmasked runs' blank t_mask made every stage above it (aggregate, decode, evaluate) vanish from the bar."""
     runs = pd.DataFrame([dict(_run("none", "dense", 1.0, 0.8, "none"), t_train=1.0, t_encode=0.1, t_mask=np.nan,
                               t_aggregate=0.1, t_decode=np.nan, t_evaluate=0.5, t_round=2.0)])
     bars = {}
-    monkeypatch.setattr(report.plt.Axes, "bar",
-                        lambda self, x, h, bottom, label: bars.update({label: (list(h), list(bottom))}))
+    monkeypatch.setattr(report.plt.Axes, "barh",
+                        lambda self, y, w, left, label: bars.update({label: (list(w), list(left))}))
     report.plot_time_breakdown(runs, tmp_path / "time.png")
     assert bars["evaluate"] == ([0.5], [pytest.approx(1.2)]) \
         and bars["other"] == ([pytest.approx(0.3)], [pytest.approx(1.7)])
@@ -760,8 +760,8 @@ def test_the_time_breakdown_never_averages_runs_of_other_environments_or_lengths
                          | dict(env=env, rounds=rounds, seed=0, other="", t_train=train, t_round=train + 1.0)
                          for env, rounds, train in (("cpu, inline x1", 50, 82.0), ("cpu, ray x2", 10, 260.0))])
     bars = []
-    monkeypatch.setattr(report.plt.Axes, "bar", lambda self, x, h, **kw: bars.append((kw["label"], list(h))))
-    monkeypatch.setattr(report.plt.Axes, "scatter", lambda self, x, y, **kw: bars.append((kw["label"], list(y))))
+    monkeypatch.setattr(report.plt.Axes, "barh", lambda self, y, w, **kw: bars.append((kw["label"], list(w))))
+    monkeypatch.setattr(report.plt.Axes, "scatter", lambda self, x, y, **kw: bars.append((kw["label"], list(x))))
     report.plot_time_breakdown(runs, tmp_path / "t.png")
     drawn = dict(bars)
     assert drawn["train"] == [82.0, 260.0] and drawn["round (wall)"] == [83.0, 261.0]
@@ -920,6 +920,33 @@ def test_a_stage_is_averaged_over_every_round_of_its_run_a_round_that_had_none_o
 
 
 @pytest.mark.filterwarnings("ignore:No artists with labels")
+def test_the_time_breakdown_names_each_bar_level_in_the_tables_order_inside_the_figure(tmp_path, monkeypatch):
+    """Names of 150 characters were tick labels at 70 degrees under the bars, and the legend sat on the first bars:
+    the bars lie along the seconds axis, each named level on its left, top down, and the legend beside the axes."""
+    stages = {s: 0.1 for s in report.STAGES}
+    cpus = [f"Intel(R) Xeon(R) Processor (family 6, model {m}; AVX-512)" for m in (106, 143, 167, 207)]
+    runs = pd.DataFrame([_run("none", "per-client", r, 0.7) | stages | dict(seed=0, t_round=1.0, other=other,
+                                                                             host=cpus[i])
+                         for i, (r, other) in enumerate(((0.1, ""), (0.01, "compression.server=false, "
+                                                         "dataset.alpha=0.1, fl.aggregation=memory, fl.prox_mu=0.1, "
+                                                         "fl.server_lr=2.0, fl.server_momentum=0.5, "
+                                                         "secagg.threshold=null"), (0.02, ""), (0.03, "")))])
+    made = _figures(monkeypatch)
+    report.plot_time_breakdown(runs, tmp_path / "time.png")
+    (fig, ax), = made
+    labels = ax.get_yticklabels()
+    ratios = [t.get_text().split(" topk ")[1].split()[0].rstrip(",") for t in labels]
+    assert ratios == ["0.01", "0.02", "0.03", "0.1"]  # top down, as the table sorts them
+    assert all(t.get_rotation() == 0 for t in labels) and ax.yaxis_inverted()
+    assert "D =" in ax.get_xlabel() and "model 207" in ax.get_xlabel()  # four hosts, lettered
+    renderer = fig.canvas.get_renderer()
+    for artist in [*labels, ax.get_legend(), ax.xaxis.label]:
+        box = artist.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.width  # nothing cut off at either side
+    legend, axes_box = ax.get_legend().get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.x0 >= axes_box.x1  # beside the bars, not over them
+
+
 def test_the_time_breakdown_never_says_the_setup_is_in_a_rounds_other_time(tmp_path, monkeypatch):
     """t_setup (starting the pool, before round 0) is not part of any t_round, so not of the bar's `other`."""
     runs = pd.DataFrame([dict(_run("none", "dense", 1.0, 0.8, "none"), t_train=1.0, t_encode=0.1, t_mask=np.nan,

@@ -266,7 +266,7 @@ def test_the_round_plot_draws_the_mean_over_seeds_at_each_evaluated_round_counte
 @pytest.mark.filterwarnings("ignore:No artists with labels")
 def test_a_round_faster_than_its_stages_summed_over_the_cohort_has_no_negative_other_time(tmp_path, monkeypatch):
     rows = pd.DataFrame(_rows("a", 0, t_round=0.5))  # six stages of 0.1 s
-    drawn = _capture(monkeypatch, "bar")
+    drawn = _capture(monkeypatch, "barh")  # (label, positions, seconds)
     monkeypatch.setattr(report.plt.Axes, "scatter", lambda self, *a, **kw: None)
     report.plot_time_breakdown(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
     assert {label: y for label, _, y, _ in drawn} == {**{s.removeprefix("t_"): [0.1] for s in report.STAGES},

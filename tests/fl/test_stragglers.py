@@ -204,3 +204,27 @@ def test_a_carried_evaluation_is_shared_out_by_the_steps_each_worker_will_train(
         steps = {w: sum(plan.client_steps(c, r, int(samples[c]), plan.stragglers(r))
                         for c in seeds.cohort(0, r, 20, 10) if c % 2 == w) for w in (0, 1)}
         assert steps[0] != steps[1] and load[0] / load[1] == pytest.approx(steps[0] / steps[1])
+
+
+def test_a_worker_whose_clients_all_drop_takes_no_share_of_a_carried_evaluation(tmp_path, monkeypatch):
+    """With 9 of each 10 dropped, one worker's clients are often all stragglers: it is not called that round, so
+    a share of the evaluation handed to it came back only as the driver's work after the round. It gets none; the
+    figures are those of evaluating after each round."""
+    import fl.simulation as sim
+    loads = []
+
+    class Recorded(sim.CarriedEvaluation):
+        def __init__(self, evaluator, weights, by_worker):
+            loads.append(dict(by_worker))
+            super().__init__(evaluator, weights, by_worker)
+
+    monkeypatch.setattr(sim, "CarriedEvaluation", Recorded)
+    common = [f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=8", "secagg=none",
+              "compression=none", "ray.num_workers=2", "fl.num_clients=20", "fl.clients_per_round=10",
+              "fl.stragglers=0.9", "fl.straggler_policy=drop"]
+    rows = fl.run(fl.compose(common))
+    after = fl.run(fl.compose([*common, "fl.eval_overlap=false"]))
+    np.testing.assert_array_equal(rows["accuracy"], after["accuracy"])
+    plan = Plan.build(validate(fl.compose(common)), [10])
+    on_time = [{c % 2 for c in seeds.cohort(0, r, 20, 10) if c not in plan.stragglers(r)} for r in range(2, 8)]
+    assert [set(load) for load in loads] == on_time and any(len(w) == 1 for w in on_time)

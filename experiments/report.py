@@ -645,8 +645,9 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
         axes = np.array([[ax]])
     else:
         fig, axes = _panels(len(drawn), entries)
-    looks = dict(zip(sorted({label for v in drawn.values() for label, _, _ in v}), STYLES)) if len(drawn) > 1 \
-        else {}
+    # across panels a line keeps its look; unmasked lines (the baselines) take the first, strong colours
+    order = sorted({(not plain, label) for v in drawn.values() for label, (_, plain), _ in v})
+    looks = dict(zip((label for _, label in order), STYLES)) if len(drawn) > 1 else {}
     for ax, (title, panel) in zip(axes.flat, drawn.items()):
         for label, (s, plain), _ in panel:
             ax.errorbar(s.index, s["mean"], yerr=s["std"], capsize=3, linestyle="-" if plain else "--", label=label,

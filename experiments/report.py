@@ -302,6 +302,8 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
                    up_per_client=run["bytes_up_per_client"].mean(), down_per_client=run["bytes_down_per_client"].mean(),
                    upload_total_per_client=run["bytes_up"].sum() / run["num_clients"].iloc[0],
                    round_trips=round_trips(run).mean(),
+                   # rows written before the column have none: NaN, and the tables leave the column out
+                   steps_per_round=run["local_steps"].mean() if "local_steps" in run else np.nan,
                    **{f"{c}_per_round": run[c].fillna(0).mean() if c in run else 0.0
                       for c in ("dropped", "rejected", "clipped")},
                    aborted_rounds=run["aborted"].isin([True, "True"]).sum() if "aborted" in run else 0,
@@ -367,6 +369,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
               up_per_client=("up_per_client", "mean"), down_per_client=("down_per_client", "mean"),
               encode_s=("t_encode", "mean"), decode_s=("t_decode", "mean"), mask_s=("t_mask", "mean"),
               round_s=("t_round", "mean"), round_trips=("round_trips", "mean"),
+              steps_per_round=("steps_per_round", "mean"),
               rounds_to_target=("rounds_to_target", "mean"),
               reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean"),
               hosts=("host", hosts.pooled),
@@ -415,6 +418,9 @@ OTHER_SEEDS_NOTE = ("; a difference of means, so where the baseline ran other se
                     "in the cell) it mixes the seeds' spread into Δ: compare such lines seed by seed")
 OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ from runs the other columns would "
                "pool with them, named on every line of the same data, model and run length. ")
+STEPS_NOTE = (" Steps / round: the minibatch steps the round's clients trained, summed (the rows' `local_steps`: "
+              "the work in a unit no CPU changes; stragglers train part of theirs), mean over rounds and seeds; "
+              "blank for runs recorded before the column.")
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid); clipped / "
              "round: updates scaled down to `fl.max_update_norm`; aborted rounds: rounds not applied (too few "
              "survivors, or a failed protocol check); means over seeds. ")
@@ -446,6 +452,10 @@ def _has_broadcast_only(t: pd.DataFrame) -> bool:
 
 def _has_lost(t: pd.DataFrame) -> bool:
     return all(c in t for c in LOST) and bool((t[LOST].fillna(0) > 0).any(axis=None))
+
+
+def _has_steps(t: pd.DataFrame) -> bool:
+    return "steps_per_round" in t and bool(t["steps_per_round"].notna().any())
 
 
 def _has_others(t: pd.DataFrame) -> bool:
@@ -490,7 +500,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              "first round counts 1), mean over the runs that reached it (their count after the slash; blank = none "
              "did); upload to target: every client's upload until then, per client of the population (cumulative "
              "bytes, mean over those runs)."
-             + (LINK_NOTE if links else ""), ""]
+             + (STEPS_NOTE if _has_steps(t) else "") + (LINK_NOTE if links else ""), ""]
     envs = sorted(t["env"].unique())
     lines += ["Environments: " + "; ".join(f"`{e}`" for e in envs), ""]
     tag = hosts.letters(t["hosts"])
@@ -498,12 +508,12 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
               "host, and a line over two averages them): " + hosts.legend(tag), ""]
     if code:
         lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
-    others, lost = _has_others(t), _has_lost(t)  # these columns only where a line has some
+    others, lost, steps = _has_others(t), _has_lost(t), _has_steps(t)  # these columns only where a line has some
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits "
               f"{'| other settings ' if others else ''}| seeds | accuracy "
               f"| last {LAST} | Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
-              "| host "
+              f"{'| steps / round ' if steps else ''}| host "
               f"| rounds to {target} | upload to {target} |"
               + "".join(f" wire s, {link_name(k)} |" for k in links) + (" round trips |" if links else "")
               + (" dropped / round | rejected / round | clipped / round | aborted rounds |" if lost else ""))
@@ -519,7 +529,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_num(r.accuracy_change, '+.3f')}{f' (dense: seeds {r.dense_seed_set})' if _other_seeds(r) else ''} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
-            f"| {hosts.lettered(r.hosts, tag)} "
+            f"{'| ' + _num(r.steps_per_round, ',.0f') + ' ' if steps else ''}| {hosts.lettered(r.hosts, tag)} "
             f"| {'' if np.isnan(r.rounds_to_target) else f'{r.rounds_to_target:.1f} / {r.reached}'} "
             f"| {'' if np.isnan(r.upload_to_target) else f'{r.upload_to_target:,.0f}'} |"
             + "".join(f" {_num(getattr(r, wire_column(k)), '.3f')} |" for k in links)
@@ -901,7 +911,7 @@ def main(argv=None) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = (["base", "seed_set", "dense_seed_set"] + ([] if _has_others(t) else ["other"])
-              + ([] if _has_lost(t) else LOST))
+              + ([] if _has_lost(t) else LOST) + ([] if _has_steps(t) else ["steps_per_round"]))
     names = ("topk_table.csv", "topk_table.md", "accuracy_vs_ratio.png", "accuracy_vs_bytes.png",
              "accuracy_vs_round.png", "time_breakdown.png")
     with together(*(out / name for name in names)) as (csv, md, by_ratio, by_bytes, by_round, breakdown):

@@ -423,6 +423,26 @@ def test_lines_that_lost_clients_or_rounds_say_how_many_and_other_tables_have_no
     assert "dropped / round" not in report.markdown(calm, [], 0.6, "cmd")
 
 
+def test_the_steps_each_round_trained_are_a_column_where_the_rows_have_them_and_absent_from_older_tables(tmp_path):
+    """local_steps (the work, where seconds differ by host) averaged over rounds and seeds; rows written before the
+    column leave the table, its notes and its CSV as they were."""
+    rows = [dict(r, local_steps=s) for r, s in zip(_rows("a", 0, 20, 0.7), (1200, 900))] + \
+        [dict(r, local_steps=s) for r, s in zip(_rows("b", 1, 20, 0.7), (1100, 800))]
+    t = report.table(report.per_run(pd.DataFrame(rows), 0.6))
+    assert t["steps_per_round"].tolist() == [1000.0]
+    md = report.markdown(t, [], 0.6, "cmd")
+    assert "| round s | steps / round | host |" in md and "| 1.000 | 1,000 | " in md and "Steps / round:" in md
+    older = report.table(report.per_run(pd.DataFrame(_rows("a", 0, 20, 0.7)), 0.6))
+    assert older["steps_per_round"].isna().all()
+    md = report.markdown(older, [], 0.6, "cmd")
+    assert "steps" not in md.lower()
+    for name, written in (("new", rows[:2]), ("old", _rows("a", 0, 20, 0.7))):  # run a's two rounds
+        _write_run(tmp_path / name, "a", written, _config())
+        report.main([str(tmp_path / name), "--out", str(tmp_path / f"{name}_report"), "--target", "0.6"])
+    assert "steps_per_round" in pd.read_csv(tmp_path / "new_report" / "topk_table.csv")
+    assert "steps_per_round" not in pd.read_csv(tmp_path / "old_report" / "topk_table.csv")
+
+
 def test_every_line_of_a_crowded_panel_looks_different_and_the_title_fits_the_figure(tmp_path, monkeypatch):
     """26 settings on one panel: 20 colours came round again with the same marker, so six pairs of lines looked
     alike, and a one-panel figure cut its title off at both sides. The legend stays under the axis label."""

@@ -855,8 +855,8 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     tag = hosts.letters(g.index.get_level_values("host"))  # as the table letters them
     names = [f"{d} ({p}) {m} {s}" + (f", {r:g} rounds" if lengths else "") + (f" [{e}]" if envs else "")
              + (f" [host {tag[h]}]" if several else "") for d, p, m, s, e, h, r in g.index]
-    # horizontal bars: the settings' names read level, one under the other, however long or many they are
-    # widened to the names below; laid out at the dpi it is saved at (text does not scale exactly with it)
+    # horizontal bars, so the settings' names read level however long or many they are; the figure is widened to
+    # the names below, laid out at the dpi it is saved at (text does not scale exactly with the dpi)
     fig, ax = plt.subplots(figsize=(12, 1.6 + 0.26 * len(g)), dpi=120)
     left = np.zeros(len(g))
     for stage in STAGES + ["other"]:

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import report
+from experiments import report, report_plots
 
 
 def _mark_done(run):
@@ -34,9 +34,9 @@ def test_policies_are_separate_lines_protocols_with_equal_results_share_one_and_
         _run("none", "dense", 1.0, 0.82, "none") | {"other": "fl.server_momentum=0.5"},
     ])
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "errorbar",
+    monkeypatch.setattr(report_plots.plt.Axes, "errorbar",
                         lambda self, x, y, **kw: drawn.append((kw["label"], list(x), list(y))))
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     lines = {label.split(", ", 2)[-1] if "fresh" in label or "randk" in label or "momentum" in label else "plain":
              (x, y) for label, x, y in drawn}
     assert len(drawn) == 5
@@ -82,22 +82,22 @@ def test_masked_lines_of_different_field_widths_are_drawn_apart(tmp_path, monkey
                            for b, pts in ((20, ((0.1, 0.75), (0.01, 0.60))), (12, ((0.1, 0.74), (0.01, 0.62))))
                            for r, a in pts]])
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "errorbar",
+    monkeypatch.setattr(report_plots.plt.Axes, "errorbar",
                         lambda self, x, y, **kw: drawn.append((kw["label"], list(x), list(y))))
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     lines = {label.rsplit(", ", 1)[-1]: y for label, x, y in drawn}
     assert lines["20-bit field"] == [0.60, 0.75, 0.80] and lines["12-bit field"] == [0.62, 0.74, 0.80]
     # a masked dense run of 20 bits starts the 20-bit line only: no 12-bit dense run was run
     runs.loc[runs["compression"] == "none", "field_bits"] = [np.nan, 20]
     drawn.clear()
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     lines = {label.rsplit(", ", 1)[-1]: (x, y) for label, x, y in drawn}
     assert lines["20-bit field"] == ([0.01, 0.1, 1.0], [0.60, 0.75, 0.80])
     assert lines["12-bit field"] == ([0.01, 0.1], [0.62, 0.74])
     # a masked line at another setting of the same data names its width too (it read as another setting's line)
     drawn.clear()
     momentum = dict(_run("dh", "fresh(marginals)", 0.01, 0.66), field_bits=20, other="fl.server_momentum=0.5")
-    report.plot_accuracy_vs_ratio(pd.concat([runs, pd.DataFrame([momentum])]), tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_ratio(pd.concat([runs, pd.DataFrame([momentum])]), tmp_path / "plot.png")
     assert [label for label, *_ in drawn if "momentum" in label] == [
         "lenet (10 params), fashion_mnist iid, dh fresh(marginals), 20-bit field, fl.server_momentum=0.5"]
 
@@ -127,9 +127,9 @@ def test_round_curves_are_three_panels_to_a_row_one_per_model_and_partition(tmp_
                          for p in ("iid", "shards", "dirichlet")[:3 if m == "lenet" else 2]
                          for r in _rows(f"{m}-{p}", 0, 20, 0.7)])
     made = []
-    subplots = report.plt.subplots
-    monkeypatch.setattr(report.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
-    report.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
+    subplots = report_plots.plt.subplots
+    monkeypatch.setattr(report_plots.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
+    report_plots.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
     fig, axes = made[0]
     assert axes.shape == (2, 3) and (tmp_path / "curves.png").stat().st_size > 0
     visible = [ax.get_title() for ax in axes.flat if ax.get_visible()]
@@ -143,8 +143,8 @@ def test_round_curves_of_runs_of_different_lengths_are_drawn_apart(tmp_path, mon
     long = [dict(r, accuracy=0.9) for r in _rows("long", 0, 20, 0.7)] + \
         [dict(_rows("long", 0, 20, 0.7)[0], round=2, accuracy=0.9)]
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
-    report.plot_accuracy_vs_round(pd.DataFrame(short + long), tmp_path / "curves.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
+    report_plots.plot_accuracy_vs_round(pd.DataFrame(short + long), tmp_path / "curves.png")
     assert sorted(drawn) == [("topk 0.02 + dh (fresh(marginals)) (2 rounds)", [0.5, 0.5]),
                              ("topk 0.02 + dh (fresh(marginals)) (3 rounds)", [0.9, 0.9, 0.9])]
 
@@ -236,12 +236,12 @@ def test_a_ratio_plot_with_no_line_to_draw_says_why_instead_of_an_empty_frame(tm
     runs = pd.DataFrame([_run("dh", "fresh(marginals)", 0.1, 0.75) | {"error_feedback": False},
                          _run("none", "per-client", 0.01, 0.6, "qsgd")])
     texts = []
-    text = report.plt.Axes.text
-    monkeypatch.setattr(report.plt.Axes, "text", lambda self, *a, **kw: texts.append(a[2]) or text(self, *a, **kw))
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
-    assert texts == [report.NO_RATIO_LINE] and (tmp_path / "plot.png").stat().st_size > 0
+    text = report_plots.plt.Axes.text
+    monkeypatch.setattr(report_plots.plt.Axes, "text", lambda self, *a, **kw: texts.append(a[2]) or text(self, *a, **kw))
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    assert texts == [report_plots.NO_RATIO_LINE] and (tmp_path / "plot.png").stat().st_size > 0
     texts.clear()
-    report.plot_accuracy_vs_ratio(pd.concat([runs, pd.DataFrame([_run("none", "dense", 1.0, 0.8, "none")])]),
+    report_plots.plot_accuracy_vs_ratio(pd.concat([runs, pd.DataFrame([_run("none", "dense", 1.0, 0.8, "none")])]),
                                   tmp_path / "plot.png")
     assert texts == []  # the dense point is drawn, with its legend
 
@@ -272,8 +272,8 @@ def test_runs_that_differ_in_a_setting_the_columns_do_not_show_are_separate_line
     md = report.markdown(report.table(report.per_run(rows, 0.6)), [], 0.6, "cmd")
     assert "| other settings |" in md and "| fl.lr=0.05 | 2 |" in md
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append(kw["label"]))
-    report.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append(kw["label"]))
+    report_plots.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
     assert sorted(drawn) == ["topk 0.02 + dh (fresh(marginals)), fl.lr=0.05",
                              "topk 0.02 + dh (fresh(marginals)), fl.lr=0.1"]
 
@@ -366,8 +366,8 @@ def test_accuracy_vs_bytes_has_a_panel_per_partition_and_a_line_per_index_policy
                          for part in ("iid", "shards") for pol in ("fresh(marginals)", "fresh(exact)")
                          for r, a in ((0.1, 0.7), (0.01, 0.6))])
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
-    report.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "plot", lambda self, x, y, **kw: drawn.append((kw["label"], list(y))))
+    report_plots.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
     assert len(drawn) == 4 and ("topk + dh (fresh(exact))", [0.6, 0.7]) in drawn
     assert [y for label, y in drawn if label == "topk + dh (fresh(exact))"] == [pytest.approx([0.7, 0.8]), [0.6, 0.7]]
 
@@ -404,9 +404,9 @@ def test_a_plain_runs_time_bar_stacks_every_stage_though_it_has_no_masking_stage
     runs = pd.DataFrame([dict(_run("none", "dense", 1.0, 0.8, "none"), t_train=1.0, t_encode=0.1, t_mask=np.nan,
                               t_aggregate=0.1, t_decode=np.nan, t_evaluate=0.5, t_round=2.0)])
     bars = {}
-    monkeypatch.setattr(report.plt.Axes, "barh",
+    monkeypatch.setattr(report_plots.plt.Axes, "barh",
                         lambda self, y, w, left, label: bars.update({label: (list(w), list(left))}))
-    report.plot_time_breakdown(runs, tmp_path / "time.png")
+    report_plots.plot_time_breakdown(runs, tmp_path / "time.png")
     assert bars["evaluate"] == ([0.5], [pytest.approx(1.2)]) \
         and bars["other"] == ([pytest.approx(0.3)], [pytest.approx(1.7)])
 
@@ -450,14 +450,14 @@ def test_every_line_of_a_crowded_panel_looks_different_and_the_title_fits_the_fi
                               upload_total_per_client=r * 1000) for i in range(26) for r in (0.1, 0.01)])
     monkeypatch.setattr(report, "setting_names", lambda g, ratio=True: g["other"])
     made = []
-    subplots = report.plt.subplots
-    monkeypatch.setattr(report.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
-    monkeypatch.setattr(report.plt, "close", lambda fig: None)
-    report.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
+    subplots = report_plots.plt.subplots
+    monkeypatch.setattr(report_plots.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
+    monkeypatch.setattr(report_plots.plt, "close", lambda fig: None)
+    report_plots.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
     fig, axes = made[0]
     lines = axes[0, 0].get_lines()
     assert len(lines) == 26
-    looks = {(tuple(np.round(report.matplotlib.colors.to_rgba(line.get_color()), 3)), line.get_marker())
+    looks = {(tuple(np.round(report_plots.matplotlib.colors.to_rgba(line.get_color()), 3)), line.get_marker())
              for line in lines}
     assert len(looks) == 26
     renderer = fig.canvas.get_renderer()
@@ -471,9 +471,9 @@ def test_every_line_of_a_crowded_panel_looks_different_and_the_title_fits_the_fi
 def _figures(monkeypatch):
     """The (figure, axes) of each plot drawn from here on, kept open."""
     made = []
-    subplots = report.plt.subplots
-    monkeypatch.setattr(report.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
-    monkeypatch.setattr(report.plt, "close", lambda fig: None)
+    subplots = report_plots.plt.subplots
+    monkeypatch.setattr(report_plots.plt, "subplots", lambda *a, **kw: made.append(subplots(*a, **kw)) or made[-1])
+    monkeypatch.setattr(report_plots.plt, "close", lambda fig: None)
     return made
 
 
@@ -498,8 +498,8 @@ def test_a_crowded_panel_of_runs_under_several_conditions_is_a_panel_per_conditi
     assert set(report.table(report.per_run(rows, 0.6))["other"]) >= {"fl.stragglers=0.0", "fl.stragglers=0.5",
                                                                       "fl.stragglers=0.5, secagg.threshold=5"}
     made = _figures(monkeypatch)
-    report.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
-    report.plot_accuracy_vs_bytes(report.per_run(rows, 0.6), tmp_path / "bytes.png")
+    report_plots.plot_accuracy_vs_round(rows, tmp_path / "curves.png")
+    report_plots.plot_accuracy_vs_bytes(report.per_run(rows, 0.6), tmp_path / "bytes.png")
     for (fig, axes), lines, data in zip(made, (("none", "qsgd 0.01", "topk 0.01 + dh (fresh(marginals)), "
                                                 "secagg.threshold=5"),
                                                ("none", "qsgd", "topk + dh (fresh(marginals)), secagg.threshold=5")),
@@ -543,9 +543,9 @@ def test_the_ratio_axis_is_labelled_at_the_ratios_run(tmp_path, monkeypatch):
     runs = pd.DataFrame([_run("none", "dense", 1.0, 0.8, "none"),
                          *[_run("none", "per-client", r, a) for r, a in ((0.03, 0.75), (0.02, 0.74), (0.01, 0.7))]])
     ticks = []
-    monkeypatch.setattr(report.plt.Axes, "set_xticks",
+    monkeypatch.setattr(report_plots.plt.Axes, "set_xticks",
                         lambda self, values, labels=None, **kw: ticks.append((list(values), list(labels))))
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     assert ticks == [([0.01, 0.02, 0.03, 1.0], ["0.01", "0.02", "0.03", "1"])]
 
 
@@ -565,7 +565,7 @@ def test_a_ratio_plot_of_more_than_12_lines_is_a_panel_per_data_and_a_crowded_on
     runs = pd.DataFrame(lines("iid", "fl.server_momentum=0.0", 0.0) + lines("iid", "fl.server_momentum=0.5", 0.1)
                         + lines("shards", "", 0.2, codec_other="secagg.clip=0.1"))
     made = _figures(monkeypatch)
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "ratio.png")
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "ratio.png")
     fig, axes = made[0]
     panels = [ax for ax in axes.flat if ax.get_visible()]
     assert [ax.get_title() for ax in panels] == [
@@ -580,9 +580,9 @@ def test_a_ratio_plot_of_more_than_12_lines_is_a_panel_per_data_and_a_crowded_on
     assert "Top-k with error feedback" in fig._suptitle.get_text()
     # a plot of up to 12 lines stays one panel, each line named by its data
     made.clear()
-    report.plot_accuracy_vs_ratio(runs[runs["partition"] == "shards"], tmp_path / "ratio.png")
+    report_plots.plot_accuracy_vs_ratio(runs[runs["partition"] == "shards"], tmp_path / "ratio.png")
     (fig, ax), = made
-    assert isinstance(ax, report.plt.Axes)  # one panel, not a grid
+    assert isinstance(ax, report_plots.plt.Axes)  # one panel, not a grid
     assert ax.get_legend_handles_labels()[1][-1] == "lenet (10 params), fashion_mnist shards, secagg.clip=0.1"
 
 
@@ -780,9 +780,9 @@ def test_the_time_breakdown_never_averages_runs_of_other_environments_or_lengths
                          | dict(env=env, rounds=rounds, seed=0, other="", t_train=train, t_round=train + 1.0)
                          for env, rounds, train in (("cpu, inline x1", 50, 82.0), ("cpu, ray x2", 10, 260.0))])
     bars = []
-    monkeypatch.setattr(report.plt.Axes, "barh", lambda self, y, w, **kw: bars.append((kw["label"], list(w))))
-    monkeypatch.setattr(report.plt.Axes, "scatter", lambda self, x, y, **kw: bars.append((kw["label"], list(x))))
-    report.plot_time_breakdown(runs, tmp_path / "t.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "barh", lambda self, y, w, **kw: bars.append((kw["label"], list(w))))
+    monkeypatch.setattr(report_plots.plt.Axes, "scatter", lambda self, x, y, **kw: bars.append((kw["label"], list(x))))
+    report_plots.plot_time_breakdown(runs, tmp_path / "t.png")
     drawn = dict(bars)
     assert drawn["train"] == [82.0, 260.0] and drawn["round (wall)"] == [83.0, 261.0]
 
@@ -793,9 +793,9 @@ def test_a_ratio_whose_runs_have_no_accuracy_is_not_drawn_at_zero_and_a_dense_on
     runs = pd.DataFrame([_run("none", "dense", 1.0, 0.80, "none"), _run("none", "per-client", 0.1, 0.75),
                          _run("none", "per-client", 0.01, np.nan), _run("dh", "all", 1.0, 0.79, "none")])
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "errorbar",
+    monkeypatch.setattr(report_plots.plt.Axes, "errorbar",
                         lambda self, x, y, **kw: drawn.append((kw["label"], list(x), list(y))))
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     lines = {label: (x, y) for label, x, y in drawn}
     plain = next(v for k, v in lines.items() if "dh" not in k)
     assert plain == ([0.1, 1.0], [0.75, 0.80])  # 0.01 left out, not a point at 0
@@ -896,8 +896,8 @@ def test_a_codec_on_the_broadcast_only_under_memory_aggregation_is_still_named_b
     md = report.markdown(t, [], 0.6, "cmd")
     assert "| topk | 0.02 | server | none | dense, compressed broadcast, memory |" in md and "`server` on a line" in md
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "errorbar", lambda self, x, y, **kw: drawn.append(list(x)))
-    report.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "errorbar", lambda self, x, y, **kw: drawn.append(list(x)))
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     assert drawn == [[1.0]]  # the dense run alone
 
 
@@ -923,8 +923,8 @@ def test_a_run_under_memory_aggregation_is_named_so_and_its_ef_column_says_memor
     assert not any(name.endswith("no EF") or "no EF," in name for name in report.setting_names(t))
     assert "EF `memory`" not in report.markdown(t[t["index_policy"] == "per-client"], [], 0.6, "cmd")
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, "errorbar", lambda self, x, y, **kw: drawn.append(kw["label"]))
-    report.plot_accuracy_vs_ratio(report.per_run(rows, 0.6), tmp_path / "plot.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "errorbar", lambda self, x, y, **kw: drawn.append(kw["label"]))
+    report_plots.plot_accuracy_vs_ratio(report.per_run(rows, 0.6), tmp_path / "plot.png")
     assert len(drawn) == 2  # the memory line is drawn beside the cohort one
 
 
@@ -952,7 +952,7 @@ def test_the_time_breakdown_names_each_bar_level_in_the_tables_order_inside_the_
                                                          "fl.server_lr=2.0, fl.server_momentum=0.5, "
                                                          "secagg.threshold=null"), (0.02, ""), (0.03, "")))])
     made = _figures(monkeypatch)
-    report.plot_time_breakdown(runs, tmp_path / "time.png")
+    report_plots.plot_time_breakdown(runs, tmp_path / "time.png")
     (fig, ax), = made
     labels = ax.get_yticklabels()
     ratios = [t.get_text().split(" topk ")[1].split()[0].rstrip(",") for t in labels]
@@ -972,8 +972,8 @@ def test_the_time_breakdown_never_says_the_setup_is_in_a_rounds_other_time(tmp_p
     runs = pd.DataFrame([dict(_run("none", "dense", 1.0, 0.8, "none"), t_train=1.0, t_encode=0.1, t_mask=np.nan,
                               t_aggregate=0.1, t_decode=np.nan, t_evaluate=0.5, t_round=2.0)])
     titles = []
-    monkeypatch.setattr(report.plt.Axes, "set_title", lambda self, text, **kw: titles.append(text))
-    report.plot_time_breakdown(runs, tmp_path / "time.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "set_title", lambda self, text, **kw: titles.append(text))
+    report_plots.plot_time_breakdown(runs, tmp_path / "time.png")
     assert "other" in titles[0] and "setup" not in titles[0]
 
 

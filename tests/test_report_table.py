@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from experiments import report
+from experiments import report, report_plots
 
 
 def _rows(run_id, seed=0, accuracies=(0.6, 0.7), **over):
@@ -226,7 +226,7 @@ def test_one_run_of_a_commit_is_one_run(tmp_path):
 def _capture(monkeypatch, method):
     """What `method` of every Axes is given: (label, x, y, yerr)."""
     drawn = []
-    monkeypatch.setattr(report.plt.Axes, method, lambda self, x, y, **kw: drawn.append(
+    monkeypatch.setattr(report_plots.plt.Axes, method, lambda self, x, y, **kw: drawn.append(
         (kw.get("label"), list(x), [round(v, 6) for v in y], list(np.round(kw.get("yerr", []), 6)))))
     return drawn
 
@@ -239,7 +239,7 @@ def test_the_ratio_plot_draws_mean_and_std_over_seeds_and_protocols_with_other_r
                         + _rows("m", 0, (0.5, 0.75), **MASKED)
                         + _rows("p", 0, (0.5, 0.7), **MASKED | {"secagg": "secaggplus"}))
     drawn = _capture(monkeypatch, "errorbar")
-    report.plot_accuracy_vs_ratio(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_ratio(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
     lines = {label.rsplit(", ", 1)[-1]: (x, y, e) for label, x, y, e in drawn}
     std = round(float(np.std([0.7, 0.74], ddof=1)), 6)
     assert lines["fashion_mnist shards"] == ([0.01, 0.1, 1.0], [0.6, 0.72, 0.81],
@@ -251,7 +251,7 @@ def test_the_ratio_plot_draws_mean_and_std_over_seeds_and_protocols_with_other_r
 def test_the_bytes_plot_draws_each_ratios_mean_upload_and_accuracy_over_seeds(tmp_path, monkeypatch):
     rows = pd.DataFrame(_rows("a", 0, (0.5, 0.7)) + _rows("b", 1, (0.5, 0.74), bytes_up=40000))
     drawn = _capture(monkeypatch, "plot")
-    report.plot_accuracy_vs_bytes(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_bytes(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
     assert [(x, y) for _, x, y, _ in drawn] == [([600.0], [0.72])]  # 400 and 800 bytes per client
 
 
@@ -259,7 +259,7 @@ def test_the_bytes_plot_draws_each_ratios_mean_upload_and_accuracy_over_seeds(tm
 def test_the_round_plot_draws_the_mean_over_seeds_at_each_evaluated_round_counted_from_one(tmp_path, monkeypatch):
     rows = pd.DataFrame(_rows("a", 0, (0.5, np.nan, 0.7)) + _rows("b", 1, (0.6, np.nan, 0.9)))
     drawn = _capture(monkeypatch, "plot")
-    report.plot_accuracy_vs_round(rows.assign(other=""), tmp_path / "plot.png")
+    report_plots.plot_accuracy_vs_round(rows.assign(other=""), tmp_path / "plot.png")
     assert [(x, y) for _, x, y, _ in drawn] == [([1, 3], [0.55, 0.8])]
 
 
@@ -267,8 +267,8 @@ def test_the_round_plot_draws_the_mean_over_seeds_at_each_evaluated_round_counte
 def test_a_round_faster_than_its_stages_summed_over_the_cohort_has_no_negative_other_time(tmp_path, monkeypatch):
     rows = pd.DataFrame(_rows("a", 0, t_round=0.5))  # six stages of 0.1 s
     drawn = _capture(monkeypatch, "barh")  # (label, positions, seconds)
-    monkeypatch.setattr(report.plt.Axes, "scatter", lambda self, *a, **kw: None)
-    report.plot_time_breakdown(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
+    monkeypatch.setattr(report_plots.plt.Axes, "scatter", lambda self, *a, **kw: None)
+    report_plots.plot_time_breakdown(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
     assert {label: y for label, _, y, _ in drawn} == {**{s.removeprefix("t_"): [0.1] for s in report.STAGES},
                                                       "other": [0.0]}
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import numpy as np
 from omegaconf import OmegaConf
 
 import compression
@@ -136,6 +137,15 @@ class Plan:
         if cid not in stragglers:
             return full
         return 0 if self.drop_stragglers else seeds.straggler_steps(t.seed, round, cid, full)
+
+    def plain_dropouts(self, round: int, clients) -> frozenset[int]:
+        """A plain round's injected dropouts (`secagg.dropout`) among `clients`: each vanishes before its one upload
+        with that probability (neither trains nor sends), drawn from the seed a masked round's first step draws
+        from, so the driver knows them before the round as the round does."""
+        if self.dropout <= 0:
+            return frozenset()
+        rng = np.random.default_rng(np.random.SeedSequence([self.training.seed, round, 17]))
+        return frozenset(c for c in sorted(clients) if rng.random() < self.dropout)
 
     def dropped_stragglers(self, round: int) -> frozenset[int]:
         """The round's stragglers where they miss the round (fl.straggler_policy=drop): they never upload their

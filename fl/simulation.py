@@ -115,9 +115,11 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
             carried = None
             if waiting is not None:  # the last round's evaluation, shared out by this round's training load
                 stragglers = plan.stragglers(r)  # their steps are drawn: a worker's load is what it will train
-                steps = {w: sum(plan.client_steps(c, r, int(samples[c]), stragglers) for c in cs)
+                # a plain round's dropouts are known now (a masked round draws its own step by step)
+                gone = plan.plain_dropouts(r, cohort) if not plan.masked else frozenset()
+                steps = {w: sum(plan.client_steps(c, r, int(samples[c]), stragglers) for c in cs if c not in gone)
                          for w, cs in by_worker.items()}
-                # a worker with nothing to train (its clients all dropped stragglers) is not called this round
+                # a worker with nothing to train (its clients all dropped stragglers or dropouts) is not called
                 carried = CarriedEvaluation(evaluator, waiting[3], {
                     w: step_seconds * n for w, n in steps.items() if n or not any(steps.values())})
             t0 = time.perf_counter()

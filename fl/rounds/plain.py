@@ -139,12 +139,10 @@ def _miss(late: frozenset[int], by_worker: dict[int, list[int]], tally: Tally) -
 
 
 def _vanish(plan, r: int, by_worker: dict[int, list[int]], tally: Tally) -> dict[int, list[int]]:
-    """Injected dropouts (`secagg.dropout`): each client vanishes before its one upload with that probability
-    (neither trains nor sends), drawn from the seed a masked round's first step draws from. A worker left with
-    no client is not called (and misses this broadcast)."""
-    if plan.dropout <= 0:
+    """Injected dropouts (`secagg.dropout`, `Plan.plain_dropouts`) vanish before their one upload. A worker left
+    with no client is not called (and misses this broadcast)."""
+    gone = plan.plain_dropouts(r, [c for cs in by_worker.values() for c in cs])
+    if not gone:
         return by_worker
-    rng = np.random.default_rng(np.random.SeedSequence([plan.training.seed, r, 17]))
-    gone = {c for c in sorted(c for cs in by_worker.values() for c in cs) if rng.random() < plan.dropout}
     tally.row["dropped"] += len(gone)
     return {w: kept for w, cs in by_worker.items() if (kept := [c for c in cs if c not in gone])}

@@ -228,3 +228,31 @@ def test_a_worker_whose_clients_all_drop_takes_no_share_of_a_carried_evaluation(
     plan = Plan.build(validate(fl.compose(common)), [10])
     on_time = [{c % 2 for c in seeds.cohort(0, r, 20, 10) if c not in plan.stragglers(r)} for r in range(2, 8)]
     assert [set(load) for load in loads] == on_time and any(len(w) == 1 for w in on_time)
+
+
+def test_a_worker_whose_clients_all_vanish_in_a_plain_round_takes_no_share_of_a_carried_evaluation(tmp_path,
+                                                                                                     monkeypatch):
+    """A plain round's injected dropouts (`secagg.dropout`) are drawn from the seed before the round: a worker left
+    with no client is not called, and gets no share of the evaluation it carries; the figures are unchanged."""
+    import fl.simulation as sim
+    loads = []
+
+    class Recorded(sim.CarriedEvaluation):
+        def __init__(self, evaluator, weights, by_worker):
+            loads.append(dict(by_worker))
+            super().__init__(evaluator, weights, by_worker)
+
+    monkeypatch.setattr(sim, "CarriedEvaluation", Recorded)
+    common = [f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "fl.rounds=8", "secagg=none",
+              "compression=none", "ray.num_workers=2", "fl.num_clients=20", "fl.clients_per_round=10",
+              "secagg.dropout=0.8"]
+    rows = fl.run(fl.compose(common))
+    after = fl.run(fl.compose([*common, "fl.eval_overlap=false"]))
+    np.testing.assert_array_equal(rows["accuracy"], after["accuracy"])
+    plan = Plan.build(validate(fl.compose(common)), [10])
+    cohorts = [seeds.cohort(0, r, 20, 10) for r in range(8)]
+    gone = [plan.plain_dropouts(r, cohort) for r, cohort in enumerate(cohorts)]
+    assert rows["dropped"].tolist() == [len(g) for g in gone]  # the round drops exactly those the plan names
+    left = [{c % 2 for c in cohort if c not in g} for cohort, g in zip(cohorts, gone)]  # workers still called
+    assert [set(load) for load in loads] == left[2:8]  # rounds 2-7 carry the evaluations of rounds 1-6
+    assert any(len(workers) == 1 for workers in left[2:8])

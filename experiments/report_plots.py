@@ -51,6 +51,12 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
                                                                                  "secagg", "rounds", "other"]):
         dense, sparse = g[g["ratio"] == 1.0], g[g["ratio"] < 1.0]
         widths_differ = bool(widths.get((dataset, partition, model, rounds), False))
+        name = f"{model} ({int(g['n_params'].iloc[0]):,} params), {dataset} {partition}"
+        length, codec_other = f", {rounds} rounds" if lengths else "", g["codec_other"].iloc[0]
+        run_length = length + (f", {other}" if other else "")
+        # its panel: data group, condition, and the label's tail there (the codec's keys alone)
+        place = ((dataset, partition, model), g["condition"].iloc[0], length + (f", {codec_other}" if codec_other
+                                                                                else ""))
         for (policy, bits), p in sparse.groupby(["index_policy", "field_bits"], dropna=False) if len(sparse) \
                 else [((None, None), sparse)]:
             anchor = dense
@@ -61,13 +67,8 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
             # a run without a final accuracy (NaN) is not a 0; a point of one run has no spread to draw
             s = pd.concat([anchor, p]).groupby("ratio")["final_accuracy"].agg(["mean", "std"]).dropna(subset=["mean"])
             s = s.assign(std=s["std"].fillna(0)).sort_index()
-            params = int(g["n_params"].iloc[0])
-            run_length = (f", {rounds} rounds" if lengths else "") + (f", {other}" if other else "")
-            key = (f"{model} ({params:,} params), {dataset} {partition}", policy if secagg != "none" else None,
-                   run_length, secagg == "none", tuple(s.index), tuple(s["mean"].round(6)))
-            place = ((dataset, partition, model), g["condition"].iloc[0],
-                     (f", {rounds} rounds" if lengths else "") + (f", {g['codec_other'].iloc[0]}"
-                                                                   if g["codec_other"].iloc[0] else ""))
+            key = (name, policy if secagg != "none" else None, run_length, secagg == "none", tuple(s.index),
+                   tuple(s["mean"].round(6)))
             lines.setdefault(key, (s, [], place))[1].append(secagg)
     drawn = _ratio_panels(lines)
     entries = max((len(v) for v in drawn.values()), default=0)
@@ -96,8 +97,7 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
             _legend_below(ax)
         else:  # an empty frame would read as a broken plot
             ax.text(0.5, 0.5, NO_RATIO_LINE, ha="center", va="center", transform=ax.transAxes)
-    _share_limits([(group, condition, None) for group, condition in
-                   (panel[0][2] for panel in drawn.values() if panel)], axes)
+    _share_limits([(*(panel[0][2] if panel else (None, None)), None) for panel in drawn.values()], axes)
     for ax in axes[:, 0]:
         ax.set_ylabel("final test accuracy")
     heading = "Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)"

@@ -101,8 +101,11 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     for ax in axes[:, 0]:
         ax.set_ylabel("final test accuracy")
     heading = "Top-k with error feedback: accuracy vs. ratio\n(mean ± std over seeds; dashed: masked)"
-    (axes[0, 0].set_title if len(drawn) == 1 else fig.suptitle)(heading)
-    fig.tight_layout()
+    if len(drawn) == 1:
+        axes[0, 0].set_title(heading)
+        fig.tight_layout()
+    else:
+        _layout_under_title(fig, heading)
     fig.savefig(out, dpi=120)
     plt.close(fig)
 
@@ -205,10 +208,22 @@ def _finish(fig, axes, panels, ylabel: str, title: str, out: Path, share_x: bool
     _share_limits(panels, axes, x=share_x)
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
-    fig.suptitle(title)
-    fig.tight_layout()
+    _layout_under_title(fig, title)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def _layout_under_title(fig, title: str) -> None:
+    """The figure's title over its panels, laid out again below it where the first row's titles reach into it:
+    tight_layout leaves room for the title's height but not for the 2% of the figure that its default place keeps
+    above it, more than its padding in a tall figure (four rows of panels with two-line titles)."""
+    heading = fig.suptitle(title)
+    fig.tight_layout()
+    renderer = fig.canvas.get_renderer()
+    bottom = heading.get_window_extent(renderer).y0
+    if any(ax.title.get_window_extent(renderer).y1 > bottom for ax in fig.axes if ax.get_visible() and ax.get_title()):
+        heading.set_in_layout(False)  # the rectangle below it leaves it out already
+        fig.tight_layout(rect=(0, 0, 1, bottom / fig.bbox.height))
 
 
 def _line_count(panel) -> int:

@@ -586,6 +586,29 @@ def test_a_ratio_plot_of_more_than_12_lines_is_a_panel_per_data_and_a_crowded_on
     assert ax.get_legend_handles_labels()[1][-1] == "lenet (10 params), fashion_mnist shards, secagg.clip=0.1"
 
 
+def test_the_title_of_a_tall_figure_stays_clear_of_its_first_row_of_panel_titles(tmp_path, monkeypatch):
+    """Four rows of panels titled on two lines (the learning-rate and memory studies' plots): tight_layout left the
+    figure's title over the first row's panel titles."""
+    policies = ("fresh(marginals)", "fresh(exact)", "fresh(energy)", "sketch", "randk", "prev_topk")
+    codecs = [("none", "dense", 1.0, "none"), ("none", "per-client", 0.01, "topk")] + [
+        ("dh", p, 0.01, "topk") for p in policies]
+    runs = pd.DataFrame([_run(secagg, policy, ratio, 0.8 - i / 100 - lr / 50, compression)
+                         | dict(other=f"fl.lr={lr}", condition=f"fl.lr={lr}", codec_other="",
+                                upload_total_per_client=ratio * 1000)
+                         for lr in range(10) for i, (secagg, policy, ratio, compression) in enumerate(codecs)])
+    made = _figures(monkeypatch)
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "ratio.png")
+    report_plots.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
+    assert len(made) == 2
+    for fig, axes in made:
+        panels = [ax for ax in axes.flat if ax.get_visible()]
+        assert len(panels) == 10 and axes.shape[0] == 4 and all("\nfl.lr=" in ax.get_title() for ax in panels)
+        renderer = fig.canvas.get_renderer()
+        title = fig._suptitle.get_window_extent(renderer)
+        assert max(ax.title.get_window_extent(renderer).y1 for ax in panels) <= title.y0
+        assert title.y1 <= fig.bbox.height
+
+
 def test_the_title_says_what_the_runs_cover_so_a_demo_is_not_read_as_federated_evidence(tmp_path):
     fed = [r | dict(num_clients=100, clients_per_round=10) for s in range(5) for r in _rows(f"f{s}", s, 20, 0.7)]
     demo = [r | dict(dataset="digits", partition="iid", model="mlp_small", num_clients=10, clients_per_round=10)

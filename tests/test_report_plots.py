@@ -15,6 +15,7 @@ def _mark_done(run):
     rows = pd.read_csv(run / "rounds.csv")
     (run / "done.json").write_text(report.json.dumps({"run_id": str(rows["run_id"].iloc[0]), "rounds": len(rows)}))
 
+
 def _run(secagg, policy, ratio, acc, compression="topk"):
     return dict(dataset="fashion_mnist", partition="iid", model="lenet", n_params=10, rounds=30, secagg=secagg,
                 compression=compression, ratio=ratio, error_feedback=True, index_policy=policy, final_accuracy=acc)
@@ -237,7 +238,8 @@ def test_a_ratio_plot_with_no_line_to_draw_says_why_instead_of_an_empty_frame(tm
                          _run("none", "per-client", 0.01, 0.6, "qsgd")])
     texts = []
     text = report_plots.plt.Axes.text
-    monkeypatch.setattr(report_plots.plt.Axes, "text", lambda self, *a, **kw: texts.append(a[2]) or text(self, *a, **kw))
+    monkeypatch.setattr(report_plots.plt.Axes, "text",
+                        lambda self, *a, **kw: texts.append(a[2]) or text(self, *a, **kw))
     report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
     assert texts == [report_plots.NO_RATIO_LINE] and (tmp_path / "plot.png").stat().st_size > 0
     texts.clear()

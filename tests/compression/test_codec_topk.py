@@ -200,6 +200,7 @@ def test_truncation_cases_cover_three_encodings():
                  for n, ratio in TRUNCATION_CASES}
     assert encodings == {"bitmap", "varint", "rice"}
 
+
 @pytest.mark.parametrize("n,ratio", TRUNCATION_CASES)
 def test_every_truncation_raises_decode_error(n, ratio):
     codec = TopKCompression(ratio)

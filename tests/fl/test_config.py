@@ -448,6 +448,7 @@ def test_a_max_weight_of_one_is_accepted():
     one: a split of equal clients, each weighing exactly 1."""
     assert validate(fl.compose(["secagg=dh", "secagg.max_weight=1"])).secagg.max_weight == 1
 
+
 def test_a_codec_seed_of_null_is_refused_for_a_run():
     """None is the codecs' own 'fresh OS entropy': two runs under one config hash gave different accuracy, and
     the second was then skipped as finished."""

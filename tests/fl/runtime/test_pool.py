@@ -105,6 +105,7 @@ def test_an_evaluation_whose_fresh_workers_die_too_fails_the_run_with_a_clear_er
         Evaluator(pool, 1, 100).evaluate_ranges("ref", {0: (0, 1)})
     assert pool.replaced == 1
 
+
 def test_an_evaluation_that_outlasts_the_call_timeout_on_fresh_workers_too_names_the_timeout():
     """ray.call_timeout_s below an evaluation's seconds kills every worker, fresh ones too: the run failed saying
     only that every worker died, and its failed-*.txt kept no trace of the kills."""

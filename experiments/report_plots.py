@@ -216,7 +216,7 @@ def _finish(fig, axes, panels, ylabel: str, title: str, out: Path, share_x: bool
 def _layout_under_title(fig, title: str) -> None:
     """The figure's title over its panels, laid out again below it where the first row's titles reach into it:
     tight_layout leaves room for the title's height but not for the 2% of the figure that its default place keeps
-    above it, more than its padding in a tall figure (four rows of panels with two-line titles)."""
+    above it, more than its padding in a tall figure (three or four rows of panels under two-line titles)."""
     heading = fig.suptitle(title)
     fig.tight_layout()
     renderer = fig.canvas.get_renderer()

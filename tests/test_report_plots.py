@@ -589,8 +589,8 @@ def test_a_ratio_plot_of_more_than_12_lines_is_a_panel_per_data_and_a_crowded_on
 
 
 def test_the_title_of_a_tall_figure_stays_clear_of_its_first_row_of_panel_titles(tmp_path, monkeypatch):
-    """Four rows of panels titled on two lines (the learning-rate and memory studies' plots): tight_layout left the
-    figure's title over the first row's panel titles."""
+    """Rows of panels titled on two lines (the learning-rate study's four, the memory study's three): tight_layout
+    left the figure's title over the first row's panel titles."""
     policies = ("fresh(marginals)", "fresh(exact)", "fresh(energy)", "sketch", "randk", "prev_topk")
     codecs = [("none", "dense", 1.0, "none"), ("none", "per-client", 0.01, "topk")] + [
         ("dh", p, 0.01, "topk") for p in policies]

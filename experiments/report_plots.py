@@ -83,7 +83,9 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     looks = dict(zip((label for _, label in order), STYLES)) if len(drawn) > 1 else {}
     for ax, (title, panel) in zip(axes.flat, drawn.items()):
         for label, (s, plain), _ in panel:
-            ax.errorbar(s.index, s["mean"], yerr=s["std"], capsize=3, linestyle="-" if plain else "--", label=label,
+            # a bar stops at 0 and 1, where accuracy does (the std of seeds of which some blew up exceeds the mean)
+            spread = [np.minimum(s["std"], s["mean"]), np.minimum(s["std"], 1 - s["mean"])]
+            ax.errorbar(s.index, s["mean"], yerr=spread, capsize=3, linestyle="-" if plain else "--", label=label,
                         **looks.get(label, {}))
         ax.set_xscale("log")
         ratios = sorted({r for _, (s, _), _ in panel for r in s.index})

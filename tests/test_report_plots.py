@@ -551,6 +551,20 @@ def test_the_ratio_axis_is_labelled_at_the_ratios_run(tmp_path, monkeypatch):
     assert ticks == [([0.01, 0.02, 0.03, 1.0], ["0.01", "0.02", "0.03", "1"])]
 
 
+def test_a_spread_bar_stops_where_accuracy_does_at_0_and_1(tmp_path, monkeypatch):
+    """Seeds of which one blew up (0.02 and 0.9: std 0.62 about a mean of 0.46) drew a bar below 0, and every panel
+    sharing its range started at -0.2."""
+    runs = pd.DataFrame([_run("none", "dense", 1.0, a, "none") for a in (0.02, 0.9)]
+                        + [_run("none", "per-client", 0.01, a) for a in (0.7, 0.72)])
+    made = _figures(monkeypatch)
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "plot.png")
+    (_, ax), = made  # one panel
+    bars = sorted(tuple(np.round(np.asarray(segment)[:, 1], 4)) for c in ax.collections for segment in c.get_segments())
+    spread = np.std([0.7, 0.72], ddof=1)
+    assert bars == [(0.0, 1.0), tuple(np.round([0.71 - spread, 0.71 + spread], 4))]
+    assert ax.get_ylim()[0] > -0.1
+
+
 def test_a_ratio_plot_of_more_than_12_lines_is_a_panel_per_data_and_a_crowded_one_a_panel_per_condition(
         tmp_path, monkeypatch):
     """The memory study's ratio plot drew 31 lines of four data splits, each named by model and data, on one

@@ -224,10 +224,10 @@ def test_one_run_of_a_commit_is_one_run(tmp_path):
 
 
 def _capture(monkeypatch, method):
-    """What `method` of every Axes is given: (label, x, y, yerr)."""
+    """What `method` of every Axes is given: (label, x, y, yerr; an error bar's as its lower and upper lengths)."""
     drawn = []
     monkeypatch.setattr(report_plots.plt.Axes, method, lambda self, x, y, **kw: drawn.append(
-        (kw.get("label"), list(x), [round(v, 6) for v in y], list(np.round(kw.get("yerr", []), 6)))))
+        (kw.get("label"), list(x), [round(v, 6) for v in y], np.round(kw.get("yerr", []), 6).tolist())))
     return drawn
 
 
@@ -241,9 +241,8 @@ def test_the_ratio_plot_draws_mean_and_std_over_seeds_and_protocols_with_other_r
     drawn = _capture(monkeypatch, "errorbar")
     report_plots.plot_accuracy_vs_ratio(report.per_run(rows.assign(other=""), 0.9), tmp_path / "plot.png")
     lines = {label.rsplit(", ", 1)[-1]: (x, y, e) for label, x, y, e in drawn}
-    std = round(float(np.std([0.7, 0.74], ddof=1)), 6)
-    assert lines["fashion_mnist shards"] == ([0.01, 0.1, 1.0], [0.6, 0.72, 0.81],
-                                             [0.0, std, round(float(np.std([0.8, 0.82], ddof=1)), 6)])
+    spread = [0.0, round(float(np.std([0.7, 0.74], ddof=1)), 6), round(float(np.std([0.8, 0.82], ddof=1)), 6)]
+    assert lines["fashion_mnist shards"] == ([0.01, 0.1, 1.0], [0.6, 0.72, 0.81], [spread, spread])  # below, above
     assert lines["dh fresh(marginals)"][1] == [0.75] and lines["secaggplus fresh(marginals)"][1] == [0.7]
 
 

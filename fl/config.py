@@ -110,6 +110,7 @@ class SecAggConfig:
 @dataclass
 class ResultsConfig:
     dir: str = "results/runs"
+    save_model: bool = False  # write the final global weights to model.npy beside the rows
 
 
 @dataclass

@@ -6,6 +6,7 @@ import torch as soon as Ray is up. Start-up measurements: docs/performance.md.
 """
 from __future__ import annotations
 
+import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from fl.runtime import raystart, warm
 from fl.config import as_dict, validate
-from fl.results import RunLog, config_hash
+from fl.results import MODEL_NAME, RunLog, config_hash
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -36,6 +37,10 @@ def run(cfg, keep_warm: bool = False) -> pd.DataFrame:
         if log.finished():  # checked again once claimed: another process may have just finished it
             print(f"fedsqueeze: {log.path} holds a finished run of this configuration; skipping (delete its folder "
                   "to rerun)")
+            if cfg.results.save_model and not (log.dir / MODEL_NAME).exists():
+                print(f"fedsqueeze: warning: results.save_model is set, but the finished run in {log.dir} ran without "
+                      f"it and has no {MODEL_NAME}: run it again into another results.dir (or delete its folder) "
+                      "to keep its model", file=sys.stderr)
             return log.read()
         return _run(cfg, cfg_dict, chash, log, keep_warm)
     finally:

@@ -14,6 +14,7 @@ import csv
 import fcntl
 import hashlib
 import inspect
+import io
 import json
 import os
 import socket
@@ -29,6 +30,7 @@ if TYPE_CHECKING:  # pandas loads when rows are read: fl.launch starts Ray befor
     import pandas as pd
 
 LOCK_NAME = "running.lock"  # held by the process writing the folder's rows (RunLog.claim)
+MODEL_NAME = "model.npy"  # the final global weights (results.save_model), written before done.json
 
 # Keys that say how a run executes, not what it computes: they do not change the config hash.
 EXECUTION_KEYS = ("backend", "ray", "results")
@@ -189,11 +191,14 @@ class RunLog:
     def start(self, cfg_dict: dict) -> None:
         self.dir.mkdir(parents=True, exist_ok=True)
         config, text = self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True)
+        kept = self.run_id
         if self.path.exists():  # a killed run: keep its rows under its own run id
             kept = _run_id_of(self.path) or self.run_id
             self.path.rename(_untaken(self.dir, f"rounds.incomplete-{kept}", ".csv"))
             if config.exists() and config.read_bytes() != text.encode():  # its settings outside the hash, kept too
                 config.rename(_untaken(self.dir, f"config.incomplete-{kept}", ".json"))
+        if (self.dir / MODEL_NAME).exists():  # killed after its last round, before done.json: kept with its rows
+            (self.dir / MODEL_NAME).rename(_untaken(self.dir, f"model.incomplete-{kept}", ".npy"))
         if self.done_path.exists():  # a done.json whose rows are gone or do not match it: kept, never trusted
             self.done_path.rename(_untaken(self.dir, f"done.unmatched-{_done_run_id(self.done_path) or self.run_id}",
                                            ".json"))
@@ -207,6 +212,16 @@ class RunLog:
         self._writer.writerow({k: row.get(k, "") for k in COLUMNS})
         self.last_round = row.get("round")
         self._file.flush()
+
+    def save_model(self, weights) -> None:
+        """The final global weights (float32, as the server holds them) as model.npy: numpy's format, read back
+        with `np.load(path, allow_pickle=False)`. Written before done.json, so a finished run that saved its
+        model has it whole."""
+        import numpy as np
+
+        buffer = io.BytesIO()
+        np.save(buffer, np.asarray(weights, np.float32), allow_pickle=False)
+        write_atomic(self.dir / MODEL_NAME, buffer.getvalue())
 
     def finish(self, summary: dict) -> None:
         self.close()  # the rows reach the disk (close syncs them) before the file that says they are all there

@@ -150,6 +150,8 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                 _log(log, rows, bar, row, tally, len(cohort))
         bar.close()
         timeline["rounds_ended_at"] = time.time()
+        if cfg.results.get("save_model", False):
+            log.save_model(server.weights)
     except BaseException as err:
         if waiting is not None and log.last_round == waiting[0]["round"]:  # interrupted just after writing it
             waiting = None

@@ -571,7 +571,7 @@ def test_a_results_dir_that_is_a_file_is_refused_before_any_work(tmp_path):
 
 
 SWITCHES = ["fl.eval_overlap", "dataset.download", "compression.client", "compression.server",
-            "compression.error_feedback", "compression.per_layer"]
+            "compression.error_feedback", "compression.per_layer", "results.save_model"]
 
 
 def test_the_switches_checked_are_every_bool_of_the_schema_in_any_section():

@@ -1,0 +1,76 @@
+"""results.save_model keeps a run's final weights, and experiments.activations reads them back as the run's model."""
+import numpy as np
+import pytest
+import torch
+
+import fl
+from experiments import activations
+from fl.config import as_dict, validate
+from fl.results import MODEL_NAME, RunLog, config_hash, read_rows
+
+SMALL = ["backend=inline", "model=mlp_small", "fl.rounds=2"]
+
+
+@pytest.mark.parametrize("secagg", ["none", "dh"])
+def test_a_saved_model_is_the_final_global_model_its_last_row_scored(tmp_path, secagg):
+    rows = fl.run(fl.compose([*SMALL, f"secagg={secagg}", "results.save_model=true", f"results.dir={tmp_path}"]))
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    weights = np.load(run / MODEL_NAME, allow_pickle=False)
+    assert weights.dtype == np.float32 and weights.shape == (int(rows["n_params"].iloc[0]),)
+    table = activations.main([str(run)])  # refuses a model whose accuracy is not the last row's
+    assert (table["accuracy"] == rows["accuracy"].iloc[-1]).all() and list(table["layer"]) == ["1 Linear"]
+    assert 0 < table["positive"].iloc[0] < 1 and table["units_alive"].iloc[0] == "64/64"
+
+
+def test_a_run_without_save_model_keeps_no_model_and_asking_for_one_later_warns(tmp_path, capsys):
+    fl.run(fl.compose([*SMALL, "secagg=none", f"results.dir={tmp_path}"]))
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    assert not (run / MODEL_NAME).exists()
+    with pytest.raises(SystemExit, match="results.save_model=true"):
+        activations.main([str(run)])
+    fl.run(fl.compose([*SMALL, "secagg=none", "results.save_model=true", f"results.dir={tmp_path}"]))  # skipped
+    assert "has no model.npy" in capsys.readouterr().err and not (run / MODEL_NAME).exists()
+
+
+def test_save_model_is_outside_the_config_hash():
+    def chash(*overrides):
+        return config_hash(as_dict(validate(fl.compose(["secagg=none", *overrides]))))
+
+    assert chash() == chash("results.save_model=true")
+
+
+def test_a_model_saved_by_a_run_killed_before_done_json_is_kept_aside_by_the_rerun(tmp_path):
+    cfg = as_dict(validate(fl.compose(["secagg=none", "model=mlp_small"])))
+    killed = RunLog(tmp_path, config_hash(cfg), "killed")
+    killed.start(cfg)
+    killed.write({"run_id": "killed", "round": 0})
+    killed.save_model(np.arange(3, dtype=np.float32))
+    killed.close()
+    RunLog(tmp_path, config_hash(cfg), "rerun").start(cfg)
+    assert not (killed.dir / MODEL_NAME).exists()
+    kept = np.load(killed.dir / "model.incomplete-killed.npy", allow_pickle=False)
+    assert kept.tolist() == [0, 1, 2] and len(read_rows(killed.dir / "rounds.incomplete-killed.csv")) == 1
+
+
+def test_activity_sees_dead_features_and_input_blind_logits():
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+    x = np.random.default_rng(0).normal(size=(50, 4))
+    with torch.no_grad():
+        model[0].bias.fill_(-100.0)  # every unit below 0 for every input: the head sees zeros
+    (layer,), logits = activations.activity(model, x)
+    assert layer == {"layer": "0 Linear", "positive": 0.0, "units_alive": "0/3"}
+    assert np.allclose(logits, model[2].bias.detach().numpy()) and (logits == logits[0]).all()
+    with torch.no_grad():
+        model[0].weight.zero_()
+        model[0].bias.copy_(torch.tensor([1.0, -1.0, 1.0]))
+    (layer,), _ = activations.activity(model, x)
+    assert layer["positive"] == pytest.approx(2 / 3) and layer["units_alive"] == "2/3"
+
+
+def test_activity_counts_a_convolution_unit_per_channel():
+    model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3, padding=1), torch.nn.ReLU())
+    with torch.no_grad():
+        model[0].weight.zero_()
+        model[0].bias.copy_(torch.tensor([0.5, -0.5]))
+    (layer,), out = activations.activity(model, np.ones((4, 1, 5, 5)))
+    assert out.shape == (4, 2, 5, 5) and layer == {"layer": "0 Conv2d", "positive": 0.5, "units_alive": "1/2"}

@@ -4,7 +4,7 @@ much the logits vary across test images, and the largest share of the images giv
 features died (a first round that blew up) gives nearly the same logits for every image and sits at chance,
 however ordinary its later updates look in the rows.
 
-    python -m experiments.activations <run dirs> [--max-test N] [--out results/...]
+    python -m experiments.activations <run dirs or results dirs> [--max-test N] [--out results/...]
 
 Each run's model is rebuilt from its config.json and model.npy (read without pickle) and scored on the run's test
 split: its accuracy must be the run's last row's, else the weights are not the ones the rows describe and the
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,25 @@ def load(run: Path):
     return cfg, np.load(model_path, allow_pickle=False), read_rows(run / "rounds.csv")
 
 
+def runs_in(paths) -> list[Path]:
+    """The run folders named, and those in a results dir named (the ones with a model; the others are said and
+    skipped). A run folder named without a model is refused by `load`."""
+    runs = []
+    for path in paths:
+        if (path / "rounds.csv").exists():
+            runs.append(path)
+            continue
+        found = sorted(p.parent for p in path.glob("*/rounds.csv"))
+        if not found:
+            raise SystemExit(f"{path} is neither a run folder (rounds.csv) nor a folder of runs")
+        for run in found:
+            if (run / MODEL_NAME).exists():
+                runs.append(run)
+            else:
+                print(f"activations: skipping {run}: no {MODEL_NAME}", file=sys.stderr)
+    return runs
+
+
 def describe(run: Path, max_test: int | None) -> list[dict]:
     """One row per ReLU of the run's saved model, each with the run's setting, accuracy and logit spread."""
     from fl.data import load_dataset
@@ -92,7 +112,7 @@ def describe(run: Path, max_test: int | None) -> list[dict]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", type=Path, help="run folders holding model.npy")
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders holding model.npy, or folders of runs")
     ap.add_argument("--max-test", type=positive_int, default=None,
                     help="the first N test images for the activity (accuracy always on the whole split)")
     ap.add_argument("--out", default=None, help="also write <out>.md and <out>.csv")
@@ -101,7 +121,8 @@ def main(argv=None):
     command = command_line("experiments.activations", argv)
     if args.out:
         check_target(table_file(args.out, ".md"), command, args.force)
-    table = pd.DataFrame([row for run in sorted(args.runs) for row in describe(run, args.max_test)])
+    table = pd.DataFrame([row for run in runs_in(args.runs) for row in describe(run, args.max_test)])
+    table = table.sort_values(["setting", "rounds", "relu"], kind="stable", ignore_index=True)
     lines = ["| run | setting | rounds | accuracy | logit std | top class | layer | positive | units alive |",
              "|---" * 9 + "|"]
     for r in table.itertuples():

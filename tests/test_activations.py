@@ -32,6 +32,16 @@ def test_a_run_without_save_model_keeps_no_model_and_asking_for_one_later_warns(
     assert "has no model.npy" in capsys.readouterr().err and not (run / MODEL_NAME).exists()
 
 
+def test_a_folder_of_runs_is_read_run_by_run_and_runs_without_a_model_are_skipped(tmp_path, capsys):
+    fl.run(fl.compose([*SMALL, "secagg=none", "results.save_model=true", f"results.dir={tmp_path}"]))
+    fl.run(fl.compose([*SMALL, "secagg=none", "seed=1", f"results.dir={tmp_path}"]))
+    (tmp_path / "sweeps").mkdir()  # what a Hydra sweep leaves beside its runs
+    table = activations.main([str(tmp_path), "--max-test", "10"])
+    assert table["run"].nunique() == 1 and "skipping" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match="neither a run folder"):
+        activations.main([str(tmp_path / "sweeps")])
+
+
 def test_save_model_is_outside_the_config_hash():
     def chash(*overrides):
         return config_hash(as_dict(validate(fl.compose(["secagg=none", *overrides]))))

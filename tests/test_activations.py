@@ -22,6 +22,14 @@ def test_a_saved_model_is_the_final_global_model_its_last_row_scored(tmp_path, s
     assert 0 < table["positive"].iloc[0] < 1 and table["units_alive"].iloc[0] == "64/64"
 
 
+def test_weights_that_do_not_score_the_last_row_are_refused_as_not_the_runs_model(tmp_path):
+    fl.run(fl.compose([*SMALL, "secagg=none", "results.save_model=true", f"results.dir={tmp_path}"]))
+    (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    np.save(run / MODEL_NAME, np.zeros_like(np.load(run / MODEL_NAME)))  # every image then goes to class 0
+    with pytest.raises(SystemExit, match="is not the model of these rows"):
+        activations.main([str(run)])
+
+
 def test_a_run_without_save_model_keeps_no_model_and_asking_for_one_later_warns(tmp_path, capsys):
     fl.run(fl.compose([*SMALL, "secagg=none", f"results.dir={tmp_path}"]))
     (run,) = [p for p in tmp_path.iterdir() if p.is_dir()]

@@ -32,7 +32,8 @@ MATCH = 0.01  # the most a saved model's accuracy here may differ from its last 
 def activity(model, x) -> tuple[list[dict], np.ndarray]:
     """(one dict per ReLU call in forward order: the layer that feeds it, the share of its outputs above 0 and its
     units ever above 0 over the images `x`; the logits). A unit is a channel of a convolution's output, a
-    feature of a linear layer's."""
+    feature of a linear layer's. Only nn.ReLU modules are seen: resnet_small's blocks apply theirs as functions,
+    so there the stem's and the head's are."""
     import torch
 
     feeding, last = {}, None

@@ -150,7 +150,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                 _log(log, rows, bar, row, tally, len(cohort))
         bar.close()
         timeline["rounds_ended_at"] = time.time()
-        if cfg.results.get("save_model", False):
+        if cfg.results.save_model:
             log.save_model(server.weights)
     except BaseException as err:
         if waiting is not None and log.last_round == waiting[0]["round"]:  # interrupted just after writing it

@@ -29,11 +29,12 @@ from fl.results import MODEL_NAME, read_rows
 MATCH = 0.01  # the most a saved model's accuracy here may differ from its last row's and still be that model
 
 
-def activity(model, x) -> tuple[list[dict], np.ndarray]:
+def activity(model, x, batch: int = 500) -> tuple[list[dict], np.ndarray]:
     """(one dict per ReLU call in forward order: the layer that feeds it, the share of its outputs above 0 and its
     units ever above 0 over the images `x`; the logits). A unit is a channel of a convolution's output, a
     feature of a linear layer's. Only nn.ReLU modules are seen: resnet_small's blocks apply theirs as functions,
-    so there the stem's and the head's are."""
+    so there the stem's and the head's are. `batch` images at a time: a wide model's activations over a whole
+    test split would take gigabytes."""
     import torch
 
     feeding, last = {}, None
@@ -42,22 +43,33 @@ def activity(model, x) -> tuple[list[dict], np.ndarray]:
             feeding[module] = last
         elif not list(module.children()) and any(True for _ in module.parameters(recurse=False)):
             last = f"{name} {type(module).__name__}"
-    rows: list[dict] = []
+    calls: list[list] = []  # per ReLU call in forward order: [layer, positive outputs, outputs, units ever positive]
+    seen = [0]  # calls recorded in this batch
 
     def record(module, _inputs, out):
         on = (out > 0).reshape(out.shape[0], out.shape[1], -1)  # images x units x positions
-        rows.append({"layer": feeding[module] or "input", "positive": float(on.float().mean()),
-                     "units_alive": f"{int(on.any(2).any(0).sum())}/{out.shape[1]}"})
+        if seen[0] == len(calls):
+            calls.append([feeding[module] or "input", 0, 0, torch.zeros(out.shape[1], dtype=torch.bool)])
+        call = calls[seen[0]]
+        call[1] += int(on.sum())
+        call[2] += on.numel()
+        call[3] |= on.any(2).any(0)
+        seen[0] += 1
 
     hooks = [m.register_forward_hook(record) for m in feeding]
+    logits = []
     try:
         model.eval()
         with torch.inference_mode():
-            logits = model(torch.as_tensor(np.asarray(x, np.float32))).numpy()
+            for first in range(0, len(x), batch):
+                seen[0] = 0
+                logits.append(model(torch.as_tensor(np.asarray(x[first:first + batch], np.float32))).numpy())
     finally:
         for hook in hooks:
             hook.remove()
-    return rows, logits
+    rows = [{"layer": layer, "positive": positive / total, "units_alive": f"{int(alive.sum())}/{len(alive)}"}
+            for layer, positive, total, alive in calls]
+    return rows, np.concatenate(logits)
 
 
 def load(run: Path):

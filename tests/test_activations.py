@@ -85,6 +85,18 @@ def test_activity_sees_dead_features_and_input_blind_logits():
     assert layer["positive"] == pytest.approx(2 / 3) and layer["units_alive"] == "2/3"
 
 
+def test_activity_in_batches_is_activity_over_all_images_at_once():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 8), torch.nn.ReLU(),
+                                torch.nn.Linear(8, 3))
+    x = np.random.default_rng(1).normal(size=(103, 4))
+    whole, logits = activations.activity(model, x, batch=1000)
+    parts, pieces = activations.activity(model, x, batch=10)  # 11 batches, the last of 3 images
+    assert [r["layer"] for r in whole] == ["0 Linear", "2 Linear"] and np.allclose(logits, pieces, rtol=1e-6, atol=1e-7)
+    for a, b in zip(whole, parts):
+        assert a["units_alive"] == b["units_alive"] and a["positive"] == pytest.approx(b["positive"], rel=1e-12)
+
+
 def test_activity_counts_a_convolution_unit_per_channel():
     model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3, padding=1), torch.nn.ReLU())
     with torch.no_grad():

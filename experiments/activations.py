@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 from omegaconf import OmegaConf
 
-from experiments.args import positive_int
+from experiments.args import positive_int, summary
 from experiments.outputs import check_target, command_line, table_file, together
 from fl.results import MODEL_NAME, read_rows
 
@@ -130,7 +130,7 @@ def describe(run: Path, max_test: int | None) -> list[dict]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("runs", nargs="+", type=Path, help="run folders holding model.npy, or folders of runs")
     ap.add_argument("--max-test", type=positive_int, default=None,
                     help="the first N test images for the activity (accuracy always on the whole split)")
@@ -152,8 +152,8 @@ def main(argv=None):
     if args.out:
         path = Path(args.out)
         path.parent.mkdir(parents=True, exist_ok=True)
-        text = "\n".join(["# Feature activity of saved models", "", f"Regenerate: `{command}`", "", __doc__.split(
-            "\n\n")[0].replace("\n", " "), "", md])
+        text = "\n".join(["# Feature activity of saved models", "", f"Regenerate: `{command}`", "", summary(__doc__),
+                          "", md])
         with together(table_file(path, ".csv"), table_file(path, ".md")) as (csv, markdown):
             table.to_csv(csv, index=False)
             markdown.write_text(text)

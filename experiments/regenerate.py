@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from experiments.args import summary
+
 READS_ROWS = ("experiments.report", "experiments.activations")  # these read run folders and write tables only
 LINE = re.compile(r"^Regenerate: `([^`]*)`", re.MULTILINE)
 
@@ -39,7 +41,7 @@ def module_of(command: str) -> str | None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--root", type=Path, default=Path("results"), help="the folder of committed tables")
     ap.add_argument("--match", default=None, help="only the commands that contain this text")
     ap.add_argument("--list", action="store_true", help="say what would run, run nothing")

@@ -32,9 +32,9 @@ MATCH = 0.01  # the most a saved model's accuracy here may differ from its last 
 def activity(model, x, batch: int = 500) -> tuple[list[dict], np.ndarray]:
     """(one dict per ReLU call in forward order: the layer that feeds it, the share of its outputs above 0 and its
     units ever above 0 over the images `x`; the logits). A unit is a channel of a convolution's output, a
-    feature of a linear layer's. Only nn.ReLU modules are seen: resnet_small's blocks apply theirs as functions,
-    so there the stem's and the head's are. `batch` images at a time: a wide model's activations over a whole
-    test split would take gigabytes."""
+    feature of a linear layer's. nn.ReLU modules are seen (every model of fl.models applies its ReLUs as modules;
+    a block's second ReLU is named for its last normalization, though the shortcut feeds it too). `batch` images
+    at a time: a wide model's activations over a whole test split would take gigabytes."""
     import torch
 
     feeding, last = {}, None
@@ -100,6 +100,14 @@ def runs_in(paths) -> list[Path]:
     return runs
 
 
+def setting_of(cfg, seed: bool = True) -> str:
+    """A run's setting in a table's words, from its config (a mapping)."""
+    fl = cfg["fl"]
+    return (f"{cfg['dataset']['partition']}, secagg={cfg['secagg']['name']}, ratio {cfg['compression']['ratio']:g}, "
+            f"fl.lr={fl['lr']:g}, fl.max_update_norm={fl.get('max_update_norm') or 'null'}"
+            + (f", seed {cfg['seed']}" if seed else ""))
+
+
 def describe(run: Path, max_test: int | None) -> list[dict]:
     """One row per ReLU of the run's saved model, each with the run's setting, accuracy and logit spread."""
     from fl.data import load_dataset
@@ -121,8 +129,7 @@ def describe(run: Path, max_test: int | None) -> list[dict]:
               file=sys.stderr)
     x = data.x_test if max_test is None else data.x_test[:max_test]
     layers, logits = activity(model, x)
-    setting = (f"{cfg.dataset.partition}, secagg={cfg.secagg.name}, ratio {cfg.compression.ratio:g}, "
-               f"fl.lr={cfg.fl.lr:g}, fl.max_update_norm={cfg.fl.get('max_update_norm') or 'null'}, seed {cfg.seed}")
+    setting = setting_of(cfg)
     spread = float(logits.std(axis=0).mean())
     top = np.bincount(logits.argmax(1), minlength=logits.shape[1]).max() / len(logits)
     return [{"run": run.name, "setting": setting, "rounds": len(rows), "accuracy": accuracy, "logit_std": spread,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from experiments.args import summary
 
-READS_ROWS = ("experiments.report", "experiments.activations")  # these read run folders and write tables only
+READS_ROWS = ("experiments.report", "experiments.activations", "experiments.health")  # read run folders, write tables
 LINE = re.compile(r"^Regenerate: `([^`]*)`", re.MULTILINE)
 
 

@@ -5,8 +5,9 @@
 
 A run directory holds the cell's config.json and rounds.csv. `--rounds R` reruns only the first R rounds
 (a round's result does not depend on how many follow, except that the last is always evaluated) and
-compares those. Exits non-zero if accuracy, loss, any byte count, the count of catch-ups, rejected or dropped
-clients, the local steps trained (where the rows have them), or whether the round aborted differs (`COMPARED`).
+compares those. Exits non-zero if accuracy, loss, the logits' spread and top class share, any byte count, the count
+of catch-ups, rejected or dropped clients, the local steps trained (each where the rows have them), or whether the
+round aborted differs (`COMPARED`).
 Rows agree bit for bit only on the CPU that recorded them (its `env_cpu`): another CPU's vector kernels round float
 sums differently, which moves accuracy and loss, and through the chosen positions a top-k message's bytes; a
 difference on another CPU is named so.
@@ -32,7 +33,8 @@ import fl
 from experiments import hosts
 from fl.results import read_rows
 
-COMPARED = ("accuracy", "loss", "bytes_up", "bytes_up_payload", "bytes_up_protocol", "bytes_up_sketch",
+EVALUATED = ("accuracy", "loss", "logit_std", "top_class_share")  # blank on a round not evaluated
+COMPARED = (*EVALUATED, "bytes_up", "bytes_up_payload", "bytes_up_protocol", "bytes_up_sketch",
             "bytes_down", "catchups", "rejected", "aborted", "dropped", "local_steps")
 
 
@@ -79,7 +81,7 @@ def compare(committed: pd.DataFrame, fresh: pd.DataFrame) -> tuple[list[str], li
             continue
         a, b = head[col], fresh[col].reset_index(drop=True)
         differ = (a != b) & ~(a.isna() & b.isna())
-        if col in ("accuracy", "loss"):
+        if col in EVALUATED:
             differ &= ~(a.isna() & (head["round"] == last))
         if col == "bytes_down" and older and differ.any():
             # rows kept before catch-ups were counted have no count to explain a difference by: compared exactly

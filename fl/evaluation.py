@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from fl.scores import combine, n_batches
+from fl.scores import Scores, combine, n_batches
 
 
 def even_ranges(workers: list[int], batches: int) -> dict[int, tuple[int, int]]:
@@ -73,7 +73,7 @@ class Evaluator:
         self.ranges = even_ranges(list(range(size)), self.batches)
         self.batch_seconds = 0.0  # a worker's seconds per batch, last measured (0: not yet)
 
-    def __call__(self, weights: np.ndarray) -> tuple[float, float]:
+    def __call__(self, weights: np.ndarray) -> Scores:
         t0 = time.perf_counter()
         ref = self.pool.put(weights)
         replies = self.evaluate_ranges(ref, self.ranges)
@@ -112,7 +112,7 @@ class CarriedEvaluation:
         self.evaluator = evaluator
         self.ref = evaluator.pool.put(weights.copy())  # the round's weights: the next round changes the server's
         self.ranges = balanced_ranges(loads, evaluator.batches, evaluator.batch_seconds)
-        self.done: dict[int, list] = {}  # first batch -> that range's (correct, loss) per batch
+        self.done: dict[int, list] = {}  # first batch -> that range's (correct, loss, spread) per batch
         self.worker_seconds = 0.0
 
     def spec(self, w: int) -> dict | None:
@@ -128,12 +128,12 @@ class CarriedEvaluation:
             if stop > first:
                 self.evaluator.batch_seconds = seconds / (stop - first)
 
-    def result(self) -> tuple[float, float, float]:
-        """(accuracy, loss, seconds spent here on ranges that were not carried)."""
+    def result(self) -> tuple[Scores, float]:
+        """(the round's `Scores`, seconds spent here on ranges that were not carried)."""
         t0 = time.perf_counter()
         missing = {w: r for w, r in self.ranges.items() if r[0] not in self.done}
         if missing:
             for w, batches in self.evaluator.evaluate_ranges(self.ref, missing).items():
                 self.done[self.ranges[w][0]] = batches
-        accuracy, loss = combine([b for first in sorted(self.done) for b in self.done[first]], self.evaluator.n)
-        return accuracy, loss, time.perf_counter() - t0
+        scores = combine([b for first in sorted(self.done) for b in self.done[first]], self.evaluator.n)
+        return scores, time.perf_counter() - t0

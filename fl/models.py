@@ -136,17 +136,18 @@ class BasicBlock(nn.Module):
         super().__init__()
         self.conv1 = nn.Conv2d(width_in, width, 3, stride=stride, padding=1, bias=False)
         self.norm1 = norm_layer(norm, width)
+        self.relu1 = nn.ReLU()  # modules, not torch.relu: a forward hook (experiments.activations) sees them
         self.conv2 = nn.Conv2d(width, width, 3, padding=1, bias=False)
         self.norm2 = norm_layer(norm, width)
+        self.relu2 = nn.ReLU()
         self.shortcut = nn.Sequential()
         if stride != 1 or width_in != width:
             self.shortcut = nn.Sequential(nn.Conv2d(width_in, width, 1, stride=stride, bias=False),
                                           norm_layer(norm, width))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.relu(self.norm1(self.conv1(x)))
-        out = self.norm2(self.conv2(out))
-        return torch.relu(out + self.shortcut(x))
+        out = self.relu1(self.norm1(self.conv1(x)))
+        return self.relu2(self.norm2(self.conv2(out)) + self.shortcut(x))
 
 
 def resnet(shape: tuple[int, int, int], channels, hidden, num_classes: int, norm: str,

@@ -38,8 +38,9 @@ EXECUTION_KEYS = ("backend", "ray", "results")
 COLUMNS = [
     "run_id", "config_hash", "seed", "dataset", "partition", "model", "n_params", "num_clients",
     "clients_per_round", "compression", "ratio", "client_compression", "server_compression", "error_feedback",
-    "aggregation", "index_policy", "secagg", "round", "accuracy", "loss", "bytes_up", "bytes_up_payload",
-    "bytes_up_protocol", "bytes_up_sketch", "bytes_up_per_client", "bytes_down", "bytes_down_per_client", "catchups",
+    "aggregation", "index_policy", "secagg", "round", "accuracy", "loss", "logit_std", "top_class_share", "bytes_up",
+    "bytes_up_payload", "bytes_up_protocol", "bytes_up_sketch", "bytes_up_per_client", "bytes_down",
+    "bytes_down_per_client", "catchups",
     "rejected", "clipped", "update_norm_max", "aborted", "local_steps",
     "dropped", "dropped_advertise", "dropped_share_keys", "dropped_masked_input", "dropped_unmask",
     "dropped_masked_sketch", "dropped_unmask_sketch", "late_ignored",

@@ -31,6 +31,7 @@ from fl.rounds import client, masked, plain
 from fl.rounds.exchange import Tally
 from fl.runtime import warm
 from fl.runtime.pool import make_pool, pool_size
+from fl.scores import collapsed as looks_collapsed
 from fl.server import Server
 
 
@@ -143,7 +144,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
                 if overlap and r < rounds - 1 and evaluator.batch_seconds > 0 and step_seconds > 0:
                     waiting = (row, tally, len(cohort), server.weights)  # carried by round r + 1
                 else:
-                    row["accuracy"], row["loss"] = evaluator(server.weights)
+                    row.update(evaluator(server.weights)._asdict())
             stats["t_evaluate"] = time.perf_counter() - t0
             row["t_round"] = time.perf_counter() - t_round
             if waiting is None:
@@ -255,7 +256,8 @@ def announce_residuals(plan: Plan, total: int, largest: int, clients: int, local
 def _log_evaluated(log: RunLog, rows: list, bar, waiting, carried: CarriedEvaluation) -> None:
     """The waiting row, with its evaluation carried by this round (and what did not come back evaluated now)."""
     row, tally, cohort_size, _ = waiting
-    row["accuracy"], row["loss"], seconds = carried.result()
+    scores, seconds = carried.result()
+    row.update(scores._asdict())
     tally.stats["t_evaluate"] += seconds
     tally.stats["t_evaluate_carried"] = carried.worker_seconds
     _log(log, rows, bar, row, tally, cohort_size)
@@ -354,9 +356,19 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
               f"so the final model is round {len(rows) - stalled - 1}'s.{advice}", file=sys.stderr)
     classes = NUM_CLASSES[rows[-1]["dataset"]]
     guess = math.log(classes)  # the test loss of the uniform prediction
+    top, spread = rows[-1].get("top_class_share"), rows[-1].get("logit_std")
+    # one class for (nearly) every test image, from a model that moved: its output no longer depends on the image
+    collapsed = top is not None and looks_collapsed(top, spread) and not (aborted | emptied).all()
+    if collapsed:
+        print(f"fedsqueeze: warning: the final model gives one class to {top:.1%} of the test images, its logits "
+              f"varying by {spread:.2g} (std across images): its features are likely dead (ReLUs that no image turns "
+              "on), as after a first round that blew up at a high fl.lr. A bound near the honest updates' norms "
+              "(fl.max_update_norm; the update_norm_max column) or a lower fl.lr avoids it; rerun with "
+              "results.save_model=true and python -m experiments.activations <run dir> shows which layer died",
+              file=sys.stderr)
     # a finite loss no lower than that: a divergence no other check sees (nothing refused, every number finite), or
     # no learning; a model that never moved is named above
-    if loss is not None and guess <= loss < float("inf") and not (aborted | emptied).all():
+    elif loss is not None and guess <= loss < float("inf") and not (aborted | emptied).all():
         print(f"fedsqueeze: warning: the final model's test loss {loss:.4g} is not below a uniform guess's "
               f"(ln {classes} = {guess:.3f}): it predicts no better than guessing each class "
               "equally (its training diverged, learned nothing, or is sure of wrong classes). If the loss grew over "

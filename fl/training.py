@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fl.scores import EVAL_BATCH, batch_rows, combine, n_batches
+from fl.scores import EVAL_BATCH, Scores, Spread, batch_rows, combine, n_batches
 
 
 def as_tensor(a: np.ndarray | torch.Tensor, device: str | torch.device = "cpu") -> torch.Tensor:
@@ -109,15 +109,22 @@ def train_local(model: nn.Module, optimizer: SGD | torch.optim.Optimizer, x: np.
 def evaluate(model: nn.Module, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, device: str = "cpu",
              batch_size: int = EVAL_BATCH) -> tuple[float, float]:
     """(accuracy, mean cross-entropy loss) on a held-out split."""
+    return score(model, x, y, device, batch_size)[:2]
+
+
+@torch.inference_mode()
+def score(model: nn.Module, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, device: str = "cpu",
+          batch_size: int = EVAL_BATCH) -> Scores:
+    """A held-out split's `Scores`, as a round records them."""
     return combine(evaluate_batches(model, x, y, 0, n_batches(len(y), batch_size), device, batch_size), len(y))
 
 
 @torch.inference_mode()
 def evaluate_batches(model: nn.Module, x, y, first: int, stop: int, device: str = "cpu",
-                     batch_size: int = EVAL_BATCH) -> list[tuple[int, float]]:
-    """(correct, summed loss) of evaluation batches first..stop-1 (fl.scores cuts the split): workers each
-    take a range of batches, and `combine` sums them in batch order, so the result is the same however they
-    are split."""
+                     batch_size: int = EVAL_BATCH) -> list[tuple[int, float, Spread]]:
+    """(correct, summed loss, the logits' `Spread`) of evaluation batches first..stop-1 (fl.scores cuts the
+    split): workers each take a range of batches, and `combine` sums them in batch order, so the result is the
+    same however they are split."""
     if model.training:
         model.eval()
     size = batch_rows(len(y), batch_size)
@@ -130,6 +137,12 @@ def evaluate_batches(model: nn.Module, x, y, first: int, stop: int, device: str 
         if not torch.isfinite(loss) and torch.isfinite(logits).all():  # float32 overflowed on finite logits
             loss = nn.functional.cross_entropy(logits.double(), yb, reduction="sum")
         # a row with a NaN logit predicts nothing (argmax would name the NaN's class, class 0 when all are NaN)
-        right = (logits.argmax(1) == yb) & ~torch.isnan(logits).any(1)
-        out.append((int(right.sum()), float(loss.double())))
+        finite = ~torch.isnan(logits).any(1)
+        predicted = logits.argmax(1)
+        right = (predicted == yb) & finite
+        wide = logits.double()
+        mean = wide.mean(0)
+        spread = Spread(len(yb), mean.cpu().numpy(), ((wide - mean) ** 2).sum(0).cpu().numpy(),
+                        torch.bincount(predicted[finite], minlength=logits.shape[1]).cpu().numpy())
+        out.append((int(right.sum()), float(loss.double()), spread))
     return out

@@ -97,6 +97,19 @@ def test_activity_in_batches_is_activity_over_all_images_at_once():
         assert a["units_alive"] == b["units_alive"] and a["positive"] == pytest.approx(b["positive"], rel=1e-12)
 
 
+def test_activity_sees_every_relu_of_a_resnet_block_as_well_as_the_stems():
+    from omegaconf import OmegaConf
+    from fl.models import build_model
+
+    torch.manual_seed(0)
+    model = build_model(OmegaConf.create({"name": "resnet_small", "channels": [4, 8], "hidden": [], "norm": "group"}),
+                        (1, 8, 8), 10)
+    layers, logits = activations.activity(model, np.random.default_rng(0).normal(size=(20, 64)).astype(np.float32))
+    # the stem's, then two per block (two stages of two blocks); the head has no hidden layer
+    blocks = [f"{b}.norm{i} GroupNorm" for b in (4, 5, 6, 7) for i in (1, 2)]
+    assert [r["layer"] for r in layers] == ["2 GroupNorm", *blocks] and logits.shape == (20, 10)
+
+
 def test_activity_counts_a_convolution_unit_per_channel():
     model = torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3, padding=1), torch.nn.ReLU())
     with torch.no_grad():

@@ -147,8 +147,9 @@ class Worker:
         return {"state_bytes": sum(r.nbytes for r in self.residuals.values()),
                 "worker_peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
 
-    def evaluate(self, weights: np.ndarray, first: int, stop: int) -> list[tuple[int, float]]:
-        """(correct, summed loss) of test batches first..stop-1 under `weights`; the driver sums them in order."""
+    def evaluate(self, weights: np.ndarray, first: int, stop: int) -> list[tuple]:
+        """(correct, summed loss, the logits' spread) of test batches first..stop-1 under `weights`; the driver
+        sums them in order."""
         set_flat(self.model, weights)
         batches = evaluate_batches(self.model, self.x_test, self.y_test, first, stop, self.plan.training.device)
         self.model.train()

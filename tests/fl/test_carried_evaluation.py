@@ -9,7 +9,10 @@ from fixtures_datasets import synthetic_images, write_mnist
 import fl
 from fl.evaluation import CarriedEvaluation, Evaluator, balanced_ranges
 from fl.results import read_rows
-from fl.scores import n_batches
+from fl.scores import Spread, n_batches
+
+# a batch of 10 samples, all right, summed loss 1, every sample predicted as class 0 with the same logits
+BATCH = (10, 1.0, Spread(10, np.zeros(2), np.zeros(2), np.array([10, 0])))
 
 
 def _covers(ranges: dict, batches: int) -> None:
@@ -69,9 +72,10 @@ def test_carried_evaluation_gives_the_same_rows_as_evaluating_after_each_round(t
                                                                                setting):
     carried = _run(three_batch_root, tmp_path / "on", *setting)
     after = _run(three_batch_root, tmp_path / "off", *setting, "fl.eval_overlap=false")
-    for column in ("accuracy", "loss", "bytes_up", "bytes_down", "dropped", "rejected"):
+    for column in ("accuracy", "loss", "logit_std", "top_class_share", "bytes_up", "bytes_down", "dropped", "rejected"):
         np.testing.assert_array_equal(carried[column], after[column], err_msg=column)
     evaluated = carried["accuracy"].notna()
+    assert (carried["logit_std"].notna() == evaluated).all() and (carried["top_class_share"].notna() == evaluated).all()
     assert evaluated.sum() == (6 if "fl.eval_every=2" not in setting else 4)
     # round 0 is evaluated on its own (it measures a batch's cost) and so is the last round (none follows);
     # every other evaluated round rode on the next round's training
@@ -110,10 +114,10 @@ def test_ranges_that_did_not_come_back_are_evaluated_after_the_round(three_batch
         w = min(carried.ranges)
         a, b = carried.ranges[w]
         carried.take(w, pool.workers[w].evaluate(weights, a, b), 0.1)  # one range came back, the other did not
-        accuracy, loss, seconds = carried.result()
-        assert (accuracy, loss) == expected and seconds > 0
+        scores, seconds = carried.result()
+        assert scores == expected and seconds > 0
         nothing = CarriedEvaluation(evaluator, weights, {0: 1.0, 1: 2.0})
-        assert nothing.result()[:2] == expected
+        assert nothing.result()[0] == expected
     finally:
         pool.close()
 
@@ -126,11 +130,10 @@ def test_a_range_that_came_back_short_is_evaluated_again_not_summed_as_it_is():
         pool = SimpleNamespace(put=lambda weights: "ref")
 
         def evaluate_ranges(self, ref, ranges):
-            return {w: [(10, 1.0)] * (b - a) for w, (a, b) in ranges.items()}
+            return {w: [BATCH] * (b - a) for w, (a, b) in ranges.items()}
 
     carried = CarriedEvaluation(Batches(), np.zeros(3, np.float32), {0: 0.0, 1: 0.0})
     assert carried.ranges == {0: (0, 2), 1: (2, 4)}
-    carried.take(0, [(10, 1.0)], 0.1)  # one batch of its two
-    carried.take(1, [(10, 1.0)] * 2, 0.1)
-    accuracy, loss, _ = carried.result()
-    assert (accuracy, loss) == (1.0, 0.1)
+    carried.take(0, [BATCH], 0.1)  # one batch of its two
+    carried.take(1, [BATCH] * 2, 0.1)
+    assert carried.result()[0][:2] == (1.0, 0.1)

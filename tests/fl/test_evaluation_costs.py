@@ -4,6 +4,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from fl.evaluation import CarriedEvaluation
+from fl.scores import Spread
+
+BATCH = (10, 1.0, Spread(10, np.zeros(2), np.zeros(2), np.array([10, 0])))  # 10 right, summed loss 1
 
 
 class _Evaluator:
@@ -12,7 +15,7 @@ class _Evaluator:
     pool = SimpleNamespace(put=lambda weights: "ref")
 
     def evaluate_ranges(self, ref, ranges):
-        return {w: [(10, 1.0)] * (b - a) for w, (a, b) in ranges.items()}
+        return {w: [BATCH] * (b - a) for w, (a, b) in ranges.items()}
 
 
 def test_a_carried_range_sets_the_seconds_per_batch_the_next_share_out_uses():
@@ -22,11 +25,11 @@ def test_a_carried_range_sets_the_seconds_per_batch_the_next_share_out_uses():
     evaluator.batch_seconds = 1.0
     carried = CarriedEvaluation(evaluator, np.zeros(3, np.float32), {0: 0.0, 1: 2.0})
     assert carried.ranges == {0: (0, 3), 1: (3, 4)}  # worker 0 idles 2 s longer: 2 batches more at 1 s each
-    carried.take(0, [(10, 1.0)] * 3, 0.6)
+    carried.take(0, [BATCH] * 3, 0.6)
     assert evaluator.batch_seconds == 0.6 / 3
-    carried.take(1, [(10, 1.0)] * 2, 5.0)  # a reply that is not its range (two batches for one) teaches nothing
+    carried.take(1, [BATCH] * 2, 5.0)  # a reply that is not its range (two batches for one) teaches nothing
     assert evaluator.batch_seconds == 0.6 / 3
-    assert carried.result()[:2] == (1.0, 0.1)
+    assert carried.result()[0][:2] == (1.0, 0.1)
 
 
 def test_a_dead_workers_range_goes_to_a_worker_that_is_alive():

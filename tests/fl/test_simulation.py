@@ -42,6 +42,9 @@ def test_default_run_reaches_093_on_digits_with_one_row_per_round(default_ray):
     assert len(rows) == 20 and list(rows["round"]) == list(range(20))
     assert set(COLUMNS) <= set(rows.columns)
     assert rows["accuracy"].iloc[-1] >= 0.93
+    # a model that looks at its input: logits that vary across images, no class given to most of them
+    assert (rows["logit_std"] > 0.1).all() and rows["logit_std"].iloc[-1] > 1.0
+    assert rows["top_class_share"].iloc[-1] < 0.2
     assert (rows[["secagg", "compression", "ratio"]].iloc[0].tolist()) == ["dh", "topk", 0.5]
     assert (rows["bytes_up"] > 0).all() and (rows["bytes_up_protocol"] > 0).all()
 
@@ -501,6 +504,32 @@ def test_a_run_whose_final_loss_is_no_better_than_a_uniform_guess_says_so_when_i
     rows = small(tmp_path / "fine", "secagg=none", "compression=none", "fl.lr=2", "fl.num_clients=5",
                  "fl.clients_per_round=5")
     assert rows["loss"].iloc[-1] < 0.5 and "warning" not in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("top,spread,warned", [(1.0, 0.0002, True), (0.995, 0.009, True), (1.0, 0.02, False),
+                                                (0.98, 0.0002, False), (0.11, 3.7, False)])
+def test_a_run_whose_final_model_ignores_its_input_says_so_when_it_ends(tmp_path, capsys, top, spread, warned):
+    """Masked top-k 0.01 at fl.lr 0.3 on Fashion-MNIST shards ends with dead features: one class for every test
+    image, logits varying by 0.0001-0.0011 (results/fmnist/activations.md), a loss just above ln 10. Such a run
+    is named for what it is, not as a diverged one; a model sure of one class with logits that vary, or one that
+    spreads its answers, is not."""
+    from fl.results import RunLog
+
+    log = RunLog(tmp_path, "0123456789ab", "dead")
+    log.claim()
+    log.start({"seed": 0})
+    rows = [{"run_id": "dead", "round": r, "dataset": "fashion_mnist", "clients_per_round": 10, "accuracy": 0.1,
+             "loss": 2.3026, "logit_std": spread, "top_class_share": top, "bytes_up": 1, "bytes_down": 1,
+             "aborted": 0, "rejected": 0, "dropped": 0} for r in range(3)]
+    for row in rows:
+        log.write(row)
+    log.close()
+    sim.finish(log, rows)
+    err = capsys.readouterr().err
+    said = f"warning: the final model gives one class to {top:.1%} of the test images, its logits varying by " \
+           f"{spread:.2g} (std across images): its features are likely dead"
+    assert (said in err) == warned and ("experiments.activations" in err) == warned
+    assert ("is not below a uniform guess's" in err) == (not warned)  # a loss of ln 10 names the others
 
 
 def test_a_run_whose_last_rounds_refused_every_update_says_so_when_it_ends(tmp_path, capsys):

@@ -11,7 +11,7 @@ from fl.plan import Plan
 from fl.runtime.pool import InlinePool
 from fl.results import config_hash
 from fl.simulation import Evaluator
-from fl.training import SGD, evaluate, train_local
+from fl.training import SGD, evaluate, score, train_local
 
 
 def _pair(seed=0):
@@ -160,7 +160,7 @@ def test_evaluation_split_across_workers_gives_the_figures_of_one_process(worker
     torch.manual_seed(1)
     model = build_model(cfg.model, (64,), 10)
     weights = torch.cat([p.detach().flatten() for p in model.parameters()]).numpy()
-    expected = evaluate(model, x, y)
+    expected = score(model, x, y)
     evaluator = Evaluator(pool, workers, n)
     assert len(evaluator.ranges) == min(workers, 20 if n > 1024 else 1)
     assert evaluator(weights) == expected  # exactly: whole batches, summed in batch order
@@ -218,6 +218,28 @@ def test_a_model_whose_logits_are_nan_is_right_about_no_sample():
     assert accuracy == 0.0 and np.isnan(loss)
     y[:] = 0  # class 0, the NaN's: argmax names it
     assert evaluate(model, x, y)[0] == 0.0
+    scores = score(model, x, y)  # no class predicted, no spread to speak of
+    assert scores.top_class_share == 0.0 and np.isnan(scores.logit_std)
+
+
+@pytest.mark.parametrize("n", [300, 1500])  # one pass; six batches of up to 256
+def test_a_rounds_logit_spread_and_top_class_are_those_of_every_samples_logits(n):
+    """As experiments.activations computes them from a saved model: each logit's std across the images
+    (population) averaged over the classes, and the largest share of the images given one class."""
+    model, _ = _pair(3)
+    rng = np.random.default_rng(1)
+    x = rng.normal(size=(n, 8)).astype(np.float32)
+    y = rng.integers(0, 3, n).astype(np.int64)
+    scores = score(model, x, y)
+    assert scores[:2] == evaluate(model, x, y)
+    with torch.no_grad():
+        logits = model(torch.from_numpy(x)).double().numpy()
+    assert scores.logit_std == pytest.approx(logits.std(0).mean(), rel=1e-9)
+    assert scores.top_class_share == np.bincount(logits.argmax(1), minlength=3).max() / n
+    with torch.no_grad():  # dead features: no hidden unit ever positive, so the logits are the last bias
+        model[0].bias.fill_(-100.0)
+    dead = score(model, x, y)
+    assert dead.logit_std == 0.0 and dead.top_class_share == 1.0
 
 
 def test_local_training_runs_every_epoch_over_every_sample():

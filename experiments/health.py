@@ -1,0 +1,124 @@
+"""Which runs' models stopped looking at their input, and from which round, read from the rows alone (no saved
+model): a round collapsed where its model gave one class to at least 99% of the test images, its logits varying
+by less than 0.01 across them (`top_class_share`, `logit_std`; fl.scores.collapsed, the rule a run's end warns
+by). Such a model's features died, and its accuracy is chance however ordinary its updates look.
+
+    python -m experiments.health <run dirs or results dirs> [--out results/...]
+
+One line per run (its setting, the first round that collapsed, how many did, whether the last did, its final
+figures), then one per setting: how many of its runs collapsed at some round and how many ended so. Rows
+written before the columns existed have nothing to read: such runs are said and skipped.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.activations import setting_of
+from experiments.args import summary
+from experiments.outputs import check_target, command_line, table_file, together
+from fl.results import read_rows
+from fl.scores import collapsed
+
+
+def collapsed_rows(rows: pd.DataFrame) -> pd.Series:
+    """Per evaluated row, whether its model collapsed (rows not evaluated, blank, are left out)."""
+    rows = rows[rows["top_class_share"].notna()]
+    return collapsed(rows["top_class_share"], rows["logit_std"])
+
+
+def runs_in(paths) -> list[Path]:
+    """The run folders named, and those in the folders of runs named, in path order."""
+    runs = []
+    for path in paths:
+        if (path / "rounds.csv").exists():
+            runs.append(path)
+            continue
+        found = sorted(p.parent for p in path.glob("*/rounds.csv"))
+        if not found:
+            raise SystemExit(f"{path} is neither a run folder (rounds.csv) nor a folder of runs")
+        runs += found
+    return runs
+
+
+def describe(run: Path) -> dict | None:
+    """The run's line, or None where its rows have no `top_class_share` (written before it existed)."""
+    rows = read_rows(run / "rounds.csv")
+    if "top_class_share" not in rows or rows["top_class_share"].isna().all():
+        print(f"health: skipping {run}: its rows have no top_class_share (written before 2026-12-07)", file=sys.stderr)
+        return None
+    cfg = json.loads((run / "config.json").read_text())
+    down = collapsed_rows(rows)
+    rounds = rows.loc[down.index, "round"]
+    last = rows[rows["accuracy"].notna()].iloc[-1]
+    return {"run": run.name, "setting": setting_of(cfg, seed=False), "seed": int(cfg["seed"]), "rounds": len(rows),
+            "first_collapsed": int(rounds[down].iloc[0]) if down.any() else None,
+            "rounds_collapsed": int(down.sum()), "ended_collapsed": bool(down.iloc[-1]),
+            "accuracy": float(last["accuracy"]), "logit_std": float(last["logit_std"]),
+            "top_class_share": float(last["top_class_share"]), "min_logit_std": float(rows["logit_std"].min())}
+
+
+def by_setting(table: pd.DataFrame) -> pd.DataFrame:
+    """Per setting: runs, runs that collapsed at some round, runs that ended collapsed, and the mean final
+    accuracy of the runs that did not end so."""
+    out = []
+    for setting, runs in table.groupby("setting", sort=True):
+        alive = runs[~runs["ended_collapsed"]]
+        out.append({"setting": setting, "runs": len(runs), "ever_collapsed": int(runs["first_collapsed"].notna().sum()),
+                    "ended_collapsed": int(runs["ended_collapsed"].sum()),
+                    "accuracy_not_collapsed": float(alive["accuracy"].mean()) if len(alive) else None})
+    return pd.DataFrame(out)
+
+
+def _figure(value, fmt: str) -> str:
+    return "" if value is None or pd.isna(value) else format(value, fmt)
+
+
+def markdown(table: pd.DataFrame, settings: pd.DataFrame) -> str:
+    lines = ["| setting | runs | collapsed at some round | ended collapsed | accuracy of the others |",
+             "|---" * 5 + "|"]
+    for r in settings.itertuples():
+        lines.append(f"| {r.setting} | {r.runs} | {r.ever_collapsed} | {r.ended_collapsed} "
+                     f"| {_figure(r.accuracy_not_collapsed, '.3f')} |")
+    lines += ["", "| run | setting | seed | rounds | first collapsed | rounds collapsed | ended collapsed | accuracy "
+              "| logit std | top class | least logit std |", "|---" * 11 + "|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.run} | {r.setting} | {r.seed} | {r.rounds} | {_figure(r.first_collapsed, '.0f')} "
+                     f"| {r.rounds_collapsed} | {'yes' if r.ended_collapsed else 'no'} | {r.accuracy:.3f} "
+                     f"| {r.logit_std:.4f} | {r.top_class_share:.2f} | {r.min_logit_std:.4f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=summary(__doc__))
+    ap.add_argument("runs", nargs="+", type=Path, help="run folders, or folders of runs")
+    ap.add_argument("--out", default=None, help="also write <out>.md and <out>.csv")
+    ap.add_argument("--force", action="store_true", help="replace a table another command made")
+    args = ap.parse_args(argv)
+    command = command_line("experiments.health", argv)
+    if args.out:
+        check_target(table_file(args.out, ".md"), command, args.force)
+    lines = [line for line in map(describe, runs_in(args.runs)) if line is not None]
+    if not lines:
+        raise SystemExit("no run named has rows with top_class_share")
+    table = pd.DataFrame(lines).sort_values(["setting", "seed", "run"], kind="stable", ignore_index=True)
+    table["first_collapsed"] = table["first_collapsed"].astype("Int64")
+    md = markdown(table, by_setting(table))
+    print(md)
+    if args.out:
+        path = Path(args.out)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        text = "\n".join(["# Runs whose model stopped looking at its input", "", f"Regenerate: `{command}`", "",
+                          summary(__doc__), "", md])
+        with together(table_file(path, ".csv"), table_file(path, ".md")) as (csv, written):
+            table.to_csv(csv, index=False)
+            written.write_text(text)
+    return table
+
+
+if __name__ == "__main__":
+    main()

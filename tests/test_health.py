@@ -1,0 +1,56 @@
+"""experiments.health reads from a run's rows which rounds' models stopped looking at their input."""
+import json
+
+import pandas as pd
+import pytest
+
+import fl
+from experiments import health
+
+
+def _run(root, name, lr, seed, tops, stds, accuracy=None, config_extra=None):
+    """A run folder whose evaluated rounds have these top-class shares and logit spreads (None: not evaluated)."""
+    run = root / name
+    run.mkdir(parents=True)
+    cfg = {"seed": seed, "dataset": {"partition": "shards"}, "secagg": {"name": "dh"}, "compression": {"ratio": 0.01},
+           "fl": {"lr": lr, "max_update_norm": None}, **(config_extra or {})}
+    (run / "config.json").write_text(json.dumps(cfg))
+    accuracy = accuracy or [0.1 if t is not None and t >= 0.99 else 0.6 for t in tops]
+    pd.DataFrame({"run_id": name, "round": range(len(tops)),
+                  "accuracy": [a if t is not None else None for a, t in zip(accuracy, tops)],
+                  "logit_std": stds, "top_class_share": tops}).to_csv(run / "rounds.csv", index=False)
+    return run
+
+
+def test_a_run_is_collapsed_from_the_first_round_its_model_gave_one_class_to_every_image(tmp_path, capsys):
+    _run(tmp_path, "dead", 0.3, 0, [0.4, 0.995, 1.0, 1.0], [1.5, 0.004, 0.0002, 0.0001])
+    _run(tmp_path, "back", 0.3, 1, [0.3, 1.0, 0.6, 0.4], [1.2, 0.003, 0.4, 1.1])  # collapsed once, then recovered
+    # sure of one class with logits that vary, or spreading its answers: not collapsed; round 1 not evaluated
+    _run(tmp_path, "alive", 0.3, 2, [0.99, None, 0.98, 0.2], [0.5, None, 0.0001, 2.0])
+    _run(tmp_path, "older", 0.1, 0, [None, None], [None, None])  # rows from before the columns: skipped
+    table = health.main([str(tmp_path), "--out", str(tmp_path / "out" / "health")])
+    assert "skipping" in capsys.readouterr().err and "older" not in set(table["run"])
+    lines = table.set_index("run")
+    assert lines.loc["dead", ["first_collapsed", "rounds_collapsed", "ended_collapsed"]].tolist() == [1, 3, True]
+    assert lines.loc["back", ["first_collapsed", "rounds_collapsed", "ended_collapsed"]].tolist() == [1, 1, False]
+    assert pd.isna(lines.loc["alive", "first_collapsed"]) and lines.loc["alive", "rounds_collapsed"] == 0
+    assert lines.loc["dead", "min_logit_std"] == 0.0001 and lines.loc["alive", "accuracy"] == 0.6
+    text = (tmp_path / "out" / "health.md").read_text()
+    assert "Regenerate: `python -m experiments.health" in text
+    assert "| shards, secagg=dh, ratio 0.01, fl.lr=0.3, fl.max_update_norm=null | 3 | 2 | 1 | 0.600 |" in text
+    assert len(pd.read_csv(tmp_path / "out" / "health.csv")) == 3
+
+
+def test_a_folder_of_runs_from_before_the_columns_is_refused(tmp_path):
+    _run(tmp_path, "older", 0.1, 0, [None, None], [None, None])
+    with pytest.raises(SystemExit, match="no run named has rows with top_class_share"):
+        health.main([str(tmp_path)])
+    with pytest.raises(SystemExit, match="neither a run folder"):
+        health.main([str(tmp_path / "missing")])
+
+
+def test_a_real_runs_rows_read_as_a_model_that_looks_at_its_input(tmp_path):
+    rows = fl.run(fl.compose(["backend=inline", "model=mlp_small", "fl.rounds=2", f"results.dir={tmp_path}"]))
+    (line,) = health.main([str(tmp_path)]).to_dict("records")
+    assert line["rounds"] == 2 and line["rounds_collapsed"] == 0 and not line["ended_collapsed"]
+    assert line["accuracy"] == rows["accuracy"].iloc[-1] and line["logit_std"] == rows["logit_std"].iloc[-1] > 0.1

@@ -5,9 +5,9 @@ by). Such a model's features died, and its accuracy is chance however ordinary i
 
     python -m experiments.health <run dirs or results dirs> [--out results/...]
 
-One line per run (its setting, the first round that collapsed, how many did, whether the last did, its final
-figures), then one per setting: how many of its runs collapsed at some round and how many ended so. Rows
-written before the columns existed have nothing to read: such runs are said and skipped.
+One line per setting: how many of its runs collapsed at some round and how many ended so; then one per run (the
+first and last rounds that collapsed, how many did, whether the final one did, its final figures). Runs not
+finished, and rows written before the columns existed, are said and skipped.
 """
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ import pandas as pd
 from experiments.activations import setting_of
 from experiments.args import summary
 from experiments.outputs import check_target, command_line, table_file, together
-from fl.results import read_rows
+from fl.results import finished, read_rows
 from fl.scores import collapsed
 
 
@@ -47,6 +47,9 @@ def runs_in(paths) -> list[Path]:
 
 def describe(run: Path) -> dict | None:
     """The run's line, or None where its rows have no `top_class_share` (written before it existed)."""
+    if not finished(run):
+        print(f"health: skipping {run}: not finished (running, or killed: rerun its command)", file=sys.stderr)
+        return None
     rows = read_rows(run / "rounds.csv")
     if "top_class_share" not in rows or rows["top_class_share"].isna().all():
         print(f"health: skipping {run}: its rows have no top_class_share (written before 2026-12-07)", file=sys.stderr)
@@ -57,6 +60,7 @@ def describe(run: Path) -> dict | None:
     last = rows[rows["accuracy"].notna()].iloc[-1]
     return {"run": run.name, "setting": setting_of(cfg, seed=False), "seed": int(cfg["seed"]), "rounds": len(rows),
             "first_collapsed": int(rounds[down].iloc[0]) if down.any() else None,
+            "last_collapsed": int(rounds[down].iloc[-1]) if down.any() else None,
             "rounds_collapsed": int(down.sum()), "ended_collapsed": bool(down.iloc[-1]),
             "accuracy": float(last["accuracy"]), "logit_std": float(last["logit_std"]),
             "top_class_share": float(last["top_class_share"]), "min_logit_std": float(rows["logit_std"].min())}
@@ -84,11 +88,12 @@ def markdown(table: pd.DataFrame, settings: pd.DataFrame) -> str:
     for r in settings.itertuples():
         lines.append(f"| {r.setting} | {r.runs} | {r.ever_collapsed} | {r.ended_collapsed} "
                      f"| {_figure(r.accuracy_not_collapsed, '.3f')} |")
-    lines += ["", "| run | setting | seed | rounds | first collapsed | rounds collapsed | ended collapsed | accuracy "
-              "| logit std | top class | least logit std |", "|---" * 11 + "|"]
+    lines += ["", "| run | setting | seed | rounds | first collapsed | last collapsed | rounds collapsed "
+              "| ended collapsed | accuracy | logit std | top class | least logit std |", "|---" * 12 + "|"]
     for r in table.itertuples():
         lines.append(f"| {r.run} | {r.setting} | {r.seed} | {r.rounds} | {_figure(r.first_collapsed, '.0f')} "
-                     f"| {r.rounds_collapsed} | {'yes' if r.ended_collapsed else 'no'} | {r.accuracy:.3f} "
+                     f"| {_figure(r.last_collapsed, '.0f')} | {r.rounds_collapsed} "
+                     f"| {'yes' if r.ended_collapsed else 'no'} | {r.accuracy:.3f} "
                      f"| {r.logit_std:.4f} | {r.top_class_share:.2f} | {r.min_logit_std:.4f} |")
     return "\n".join(lines) + "\n"
 
@@ -106,7 +111,7 @@ def main(argv=None):
     if not lines:
         raise SystemExit("no run named has rows with top_class_share")
     table = pd.DataFrame(lines).sort_values(["setting", "seed", "run"], kind="stable", ignore_index=True)
-    table["first_collapsed"] = table["first_collapsed"].astype("Int64")
+    table[["first_collapsed", "last_collapsed"]] = table[["first_collapsed", "last_collapsed"]].astype("Int64")
     md = markdown(table, by_setting(table))
     print(md)
     if args.out:

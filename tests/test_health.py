@@ -8,8 +8,9 @@ import fl
 from experiments import health
 
 
-def _run(root, name, lr, seed, tops, stds, accuracy=None, config_extra=None):
-    """A run folder whose evaluated rounds have these top-class shares and logit spreads (None: not evaluated)."""
+def _run(root, name, lr, seed, tops, stds, accuracy=None, config_extra=None, done=True):
+    """A run folder whose evaluated rounds have these top-class shares and logit spreads (None: not evaluated);
+    `done`: finished (a done.json naming its rows)."""
     run = root / name
     run.mkdir(parents=True)
     cfg = {"seed": seed, "dataset": {"partition": "shards"}, "secagg": {"name": "dh"}, "compression": {"ratio": 0.01},
@@ -19,6 +20,8 @@ def _run(root, name, lr, seed, tops, stds, accuracy=None, config_extra=None):
     pd.DataFrame({"run_id": name, "round": range(len(tops)),
                   "accuracy": [a if t is not None else None for a, t in zip(accuracy, tops)],
                   "logit_std": stds, "top_class_share": tops}).to_csv(run / "rounds.csv", index=False)
+    if done:
+        (run / "done.json").write_text(json.dumps({"run_id": name, "rounds": len(tops)}))
     return run
 
 
@@ -28,11 +31,14 @@ def test_a_run_is_collapsed_from_the_first_round_its_model_gave_one_class_to_eve
     # sure of one class with logits that vary, or spreading its answers: not collapsed; round 1 not evaluated
     _run(tmp_path, "alive", 0.3, 2, [0.99, None, 0.98, 0.2], [0.5, None, 0.0001, 2.0])
     _run(tmp_path, "older", 0.1, 0, [None, None], [None, None])  # rows from before the columns: skipped
+    _run(tmp_path, "running", 0.3, 3, [1.0], [0.0], done=False)  # its last rows may not be written yet: skipped
     table = health.main([str(tmp_path), "--out", str(tmp_path / "out" / "health")])
-    assert "skipping" in capsys.readouterr().err and "older" not in set(table["run"])
+    err = capsys.readouterr().err
+    assert "skipping" in err and "not finished" in err and not {"older", "running"} & set(table["run"])
     lines = table.set_index("run")
-    assert lines.loc["dead", ["first_collapsed", "rounds_collapsed", "ended_collapsed"]].tolist() == [1, 3, True]
-    assert lines.loc["back", ["first_collapsed", "rounds_collapsed", "ended_collapsed"]].tolist() == [1, 1, False]
+    columns = ["first_collapsed", "last_collapsed", "rounds_collapsed", "ended_collapsed"]
+    assert lines.loc["dead", columns].tolist() == [1, 3, 3, True]
+    assert lines.loc["back", columns].tolist() == [1, 1, 1, False]
     assert pd.isna(lines.loc["alive", "first_collapsed"]) and lines.loc["alive", "rounds_collapsed"] == 0
     assert lines.loc["dead", "min_logit_std"] == 0.0001 and lines.loc["alive", "accuracy"] == 0.6
     text = (tmp_path / "out" / "health.md").read_text()

@@ -102,8 +102,9 @@ def runs_in(paths) -> list[Path]:
 
 def setting_of(cfg, seed: bool = True) -> str:
     """A run's setting in a table's words, from its config (a mapping)."""
-    fl = cfg["fl"]
-    return (f"{cfg['dataset']['partition']}, secagg={cfg['secagg']['name']}, ratio {cfg['compression']['ratio']:g}, "
+    fl, data = cfg["fl"], cfg["dataset"]
+    split = data["partition"] + (f" {data['alpha']:g}" if data["partition"] == "dirichlet" else "")
+    return (f"{split}, secagg={cfg['secagg']['name']}, ratio {cfg['compression']['ratio']:g}, "
             f"fl.lr={fl['lr']:g}, fl.max_update_norm={fl.get('max_update_norm') or 'null'}"
             + (f", seed {cfg['seed']}" if seed else ""))
 

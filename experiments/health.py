@@ -5,14 +5,17 @@ by). Such a model's features died, and its accuracy is chance however ordinary i
 
     python -m experiments.health <run dirs or results dirs> [--out results/...]
 
-One line per setting: how many of its runs collapsed at some round and how many ended so; then one per run (the
-first and last rounds that collapsed, how many did, whether the final one did, its final figures). Runs not
-finished, and rows written before the columns existed, are said and skipped.
+One line per setting: how many of its runs collapsed at some round, how many ended so, how many ended diverged
+instead (non-finite logits, or a finite loss no lower than a uniform guess's, ln 10, from logits that vary: the
+rule of the run's other warning), and the others' mean accuracy; then one per run (the first and last rounds
+that collapsed, how many did, whether the final one did, its final figures; its least logit spread over the
+rounds with finite ones). Runs not finished, and rows written before the columns existed, are said and skipped.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -21,6 +24,7 @@ import pandas as pd
 from experiments.activations import setting_of
 from experiments.args import summary
 from experiments.outputs import check_target, command_line, table_file, together
+from fl.data import NUM_CLASSES
 from fl.results import finished, read_rows
 from fl.scores import collapsed
 
@@ -62,19 +66,27 @@ def describe(run: Path) -> dict | None:
             "first_collapsed": int(rounds[down].iloc[0]) if down.any() else None,
             "last_collapsed": int(rounds[down].iloc[-1]) if down.any() else None,
             "rounds_collapsed": int(down.sum()), "ended_collapsed": bool(down.iloc[-1]),
-            "accuracy": float(last["accuracy"]), "logit_std": float(last["logit_std"]),
-            "top_class_share": float(last["top_class_share"]), "min_logit_std": float(rows["logit_std"].min())}
+            "ended_non_finite": bool(pd.isna(last["logit_std"])),
+            # sure of wrong classes: a finite loss no lower than the uniform guess's, from logits that vary
+            "ended_guessing": bool(not down.iloc[-1] and math.log(NUM_CLASSES[cfg["dataset"]["name"]])
+                                   <= last["loss"] < math.inf),
+            "accuracy": float(last["accuracy"]), "loss": float(last["loss"]), "logit_std": float(last["logit_std"]),
+            "top_class_share": float(last["top_class_share"]),
+            "min_logit_std": float(rows["logit_std"].min())}  # over the rounds whose logits were finite
 
 
 def by_setting(table: pd.DataFrame) -> pd.DataFrame:
-    """Per setting: runs, runs that collapsed at some round, runs that ended collapsed, and the mean final
-    accuracy of the runs that did not end so."""
+    """Per setting: runs, runs that collapsed at some round, and how the runs ended that failed: collapsed (dead
+    features), with non-finite logits, or with a finite loss no better than guessing (both diverged); and the mean
+    final accuracy of the others."""
     out = []
     for setting, runs in table.groupby("setting", sort=True):
-        alive = runs[~runs["ended_collapsed"]]
+        failed = runs["ended_collapsed"] | runs["ended_non_finite"] | runs["ended_guessing"]
         out.append({"setting": setting, "runs": len(runs), "ever_collapsed": int(runs["first_collapsed"].notna().sum()),
                     "ended_collapsed": int(runs["ended_collapsed"].sum()),
-                    "accuracy_not_collapsed": float(alive["accuracy"].mean()) if len(alive) else None})
+                    "ended_non_finite": int(runs["ended_non_finite"].sum()),
+                    "ended_guessing": int(runs["ended_guessing"].sum()),
+                    "accuracy_others": float(runs.loc[~failed, "accuracy"].mean()) if (~failed).any() else None})
     return pd.DataFrame(out)
 
 
@@ -83,17 +95,17 @@ def _figure(value, fmt: str) -> str:
 
 
 def markdown(table: pd.DataFrame, settings: pd.DataFrame) -> str:
-    lines = ["| setting | runs | collapsed at some round | ended collapsed | accuracy of the others |",
-             "|---" * 5 + "|"]
+    lines = ["| setting | runs | collapsed at some round | ended collapsed | ended non-finite | ended no better than "
+             "guessing | accuracy of the others |", "|---" * 7 + "|"]
     for r in settings.itertuples():
-        lines.append(f"| {r.setting} | {r.runs} | {r.ever_collapsed} | {r.ended_collapsed} "
-                     f"| {_figure(r.accuracy_not_collapsed, '.3f')} |")
+        lines.append(f"| {r.setting} | {r.runs} | {r.ever_collapsed} | {r.ended_collapsed} | {r.ended_non_finite} "
+                     f"| {r.ended_guessing} | {_figure(r.accuracy_others, '.3f')} |")
     lines += ["", "| run | setting | seed | rounds | first collapsed | last collapsed | rounds collapsed "
-              "| ended collapsed | accuracy | logit std | top class | least logit std |", "|---" * 12 + "|"]
+              "| ended collapsed | accuracy | loss | logit std | top class | least logit std |", "|---" * 13 + "|"]
     for r in table.itertuples():
         lines.append(f"| {r.run} | {r.setting} | {r.seed} | {r.rounds} | {_figure(r.first_collapsed, '.0f')} "
                      f"| {_figure(r.last_collapsed, '.0f')} | {r.rounds_collapsed} "
-                     f"| {'yes' if r.ended_collapsed else 'no'} | {r.accuracy:.3f} "
+                     f"| {'yes' if r.ended_collapsed else 'no'} | {r.accuracy:.3f} | {r.loss:.4g} "
                      f"| {r.logit_std:.4f} | {r.top_class_share:.2f} | {r.min_logit_std:.4f} |")
     return "\n".join(lines) + "\n"
 

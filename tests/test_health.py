@@ -8,17 +8,20 @@ import fl
 from experiments import health
 
 
-def _run(root, name, lr, seed, tops, stds, accuracy=None, config_extra=None, done=True):
+def _run(root, name, lr, seed, tops, stds, accuracy=None, config_extra=None, done=True, loss=None):
     """A run folder whose evaluated rounds have these top-class shares and logit spreads (None: not evaluated);
     `done`: finished (a done.json naming its rows)."""
     run = root / name
     run.mkdir(parents=True)
-    cfg = {"seed": seed, "dataset": {"partition": "shards"}, "secagg": {"name": "dh"}, "compression": {"ratio": 0.01},
+    cfg = {"seed": seed, "dataset": {"name": "fashion_mnist", "partition": "shards"}, "secagg": {"name": "dh"},
+           "compression": {"ratio": 0.01},
            "fl": {"lr": lr, "max_update_norm": None}, **(config_extra or {})}
     (run / "config.json").write_text(json.dumps(cfg))
     accuracy = accuracy or [0.1 if t is not None and t >= 0.99 else 0.6 for t in tops]
     pd.DataFrame({"run_id": name, "round": range(len(tops)),
                   "accuracy": [a if t is not None else None for a, t in zip(accuracy, tops)],
+                  "loss": [(2.31 if a <= 0.1 else 1.0) if t is not None else None for a, t in zip(accuracy, tops)]
+                  if loss is None else loss,
                   "logit_std": stds, "top_class_share": tops}).to_csv(run / "rounds.csv", index=False)
     if done:
         (run / "done.json").write_text(json.dumps({"run_id": name, "rounds": len(tops)}))
@@ -32,6 +35,9 @@ def test_a_run_is_collapsed_from_the_first_round_its_model_gave_one_class_to_eve
     _run(tmp_path, "alive", 0.3, 2, [0.99, None, 0.98, 0.2], [0.5, None, 0.0001, 2.0])
     _run(tmp_path, "older", 0.1, 0, [None, None], [None, None])  # rows from before the columns: skipped
     _run(tmp_path, "running", 0.3, 3, [1.0], [0.0], done=False)  # its last rows may not be written yet: skipped
+    # diverged: NaN logits (no spread), or a finite loss above ln 10 from logits that vary wildly
+    _run(tmp_path, "nan", 0.3, 4, [0.3, 1.0], [1.0, float("nan")], accuracy=[0.5, 0.1], loss=[1.0, float("nan")])
+    _run(tmp_path, "huge", 0.3, 5, [0.3, 0.4], [1.0, 900.0], accuracy=[0.5, 0.05], loss=[1.0, 1e3])
     table = health.main([str(tmp_path), "--out", str(tmp_path / "out" / "health")])
     err = capsys.readouterr().err
     assert "skipping" in err and "not finished" in err and not {"older", "running"} & set(table["run"])
@@ -39,12 +45,17 @@ def test_a_run_is_collapsed_from_the_first_round_its_model_gave_one_class_to_eve
     columns = ["first_collapsed", "last_collapsed", "rounds_collapsed", "ended_collapsed"]
     assert lines.loc["dead", columns].tolist() == [1, 3, 3, True]
     assert lines.loc["back", columns].tolist() == [1, 1, 1, False]
+    ends = ["ended_collapsed", "ended_non_finite", "ended_guessing"]
+    assert lines.loc["nan", ends].tolist() == [False, True, False]
+    assert lines.loc["huge", ends].tolist() == [False, False, True]
+    assert lines.loc["dead", ends].tolist() == [True, False, False]  # its loss above ln 10 is named by the collapse
     assert pd.isna(lines.loc["alive", "first_collapsed"]) and lines.loc["alive", "rounds_collapsed"] == 0
     assert lines.loc["dead", "min_logit_std"] == 0.0001 and lines.loc["alive", "accuracy"] == 0.6
     text = (tmp_path / "out" / "health.md").read_text()
     assert "Regenerate: `python -m experiments.health" in text
-    assert "| shards, secagg=dh, ratio 0.01, fl.lr=0.3, fl.max_update_norm=null | 3 | 2 | 1 | 0.600 |" in text
-    assert len(pd.read_csv(tmp_path / "out" / "health.csv")) == 3
+    # five runs: collapsed at some round (dead, back), ended so (dead), non-finite (nan), guessing (huge), others
+    assert "| shards, secagg=dh, ratio 0.01, fl.lr=0.3, fl.max_update_norm=null | 5 | 2 | 1 | 1 | 1 | 0.600 |" in text
+    assert len(pd.read_csv(tmp_path / "out" / "health.csv")) == 5
 
 
 def test_a_folder_of_runs_from_before_the_columns_is_refused(tmp_path):

@@ -94,6 +94,11 @@ def _figure(value, fmt: str) -> str:
     return "" if value is None or pd.isna(value) else format(value, fmt)
 
 
+def _spread(value: float) -> str:
+    """A logit spread: four decimals (a dead model's is 0.0000), a diverged model's huge one in three digits."""
+    return format(value, ".4f" if abs(value) < 1e3 else ".3g")
+
+
 def markdown(table: pd.DataFrame, settings: pd.DataFrame) -> str:
     lines = ["| setting | runs | collapsed at some round | ended collapsed | ended non-finite | ended no better than "
              "guessing | accuracy of the others |", "|---" * 7 + "|"]
@@ -106,7 +111,7 @@ def markdown(table: pd.DataFrame, settings: pd.DataFrame) -> str:
         lines.append(f"| {r.run} | {r.setting} | {r.seed} | {r.rounds} | {_figure(r.first_collapsed, '.0f')} "
                      f"| {_figure(r.last_collapsed, '.0f')} | {r.rounds_collapsed} "
                      f"| {'yes' if r.ended_collapsed else 'no'} | {r.accuracy:.3f} | {r.loss:.4g} "
-                     f"| {r.logit_std:.4f} | {r.top_class_share:.2f} | {r.min_logit_std:.4f} |")
+                     f"| {_spread(r.logit_std)} | {r.top_class_share:.2f} | {_spread(r.min_logit_std)} |")
     return "\n".join(lines) + "\n"
 
 

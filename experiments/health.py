@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.activations import setting_of
 from experiments.args import summary
 from experiments.outputs import check_target, command_line, table_file, together
+from experiments.report import MASKING_ONLY, _plain, _settings
 from fl.data import NUM_CLASSES
 from fl.results import finished, read_rows
 from fl.scores import collapsed
@@ -49,8 +49,37 @@ def runs_in(paths) -> list[Path]:
     return runs
 
 
-def describe(run: Path) -> dict | None:
-    """The run's line, or None where its rows have no `top_class_share` (written before it existed)."""
+LEADING = ("dataset.partition", "compression.name", "compression.ratio", "secagg.name")  # every label starts so
+# a partition's own keys: the others' runs do not read them
+PARTITION_KEYS = {"dataset.alpha": "dirichlet", "dataset.shards_per_client": "shards",
+                  "dataset.labels_per_client": "labels"}
+
+
+def settings(runs: list[Path]) -> dict[Path, str]:
+    """Each run's setting: its partition, codec and ratio and mask protocol, then each other config key (among
+    those that can change results, as experiments.report compares them) whose value differs between runs of one
+    codec and protocol (a key the codec decides, top-k's index policy, is not repeated), less those the run does
+    not read (another partition's, masking's in an unmasked run). The seed is a column of its own."""
+    configs = {run: {k: _plain(v) for k, v in _settings(run / "config.json").items()} for run in runs}
+    groups: dict[tuple, list[dict]] = {}
+    for cfg in configs.values():
+        groups.setdefault((cfg.get("compression.name"), cfg.get("secagg.name")), []).append(cfg)
+    keys = sorted({k for group in groups.values() for c in group for k in c if k not in LEADING
+                   and len({c.get(k) for c in group}) > 1})
+    labels = {}
+    for run, cfg in configs.items():
+        partition, masked = cfg.get("dataset.partition"), cfg.get("secagg.name") != "none"
+        lead = (f"{partition}, {cfg.get('compression.name')} {float(cfg.get('compression.ratio', 1)):g}, "
+                f"secagg={cfg.get('secagg.name')}")
+        rest = [f"{k}={cfg[k]}" for k in keys if k in cfg and PARTITION_KEYS.get(k, partition) == partition
+                and (masked or not k.startswith(MASKING_ONLY))]
+        labels[run] = ", ".join([lead, *rest])
+    return labels
+
+
+def readable(run: Path) -> pd.DataFrame | None:
+    """The run's rows, or None (said) where it is not finished or its rows have no `top_class_share` (written
+    before it existed)."""
     if not finished(run):
         print(f"health: skipping {run}: not finished (running, or killed: rerun its command)", file=sys.stderr)
         return None
@@ -58,11 +87,16 @@ def describe(run: Path) -> dict | None:
     if "top_class_share" not in rows or rows["top_class_share"].isna().all():
         print(f"health: skipping {run}: its rows have no top_class_share (written before 2026-12-07)", file=sys.stderr)
         return None
+    return rows
+
+
+def describe(run: Path, rows: pd.DataFrame, setting: str) -> dict:
+    """The run's line."""
     cfg = json.loads((run / "config.json").read_text())
     down = collapsed_rows(rows)
     rounds = rows.loc[down.index, "round"]
     last = rows[rows["accuracy"].notna()].iloc[-1]
-    return {"run": run.name, "setting": setting_of(cfg, seed=False), "seed": int(cfg["seed"]), "rounds": len(rows),
+    return {"run": run.name, "setting": setting, "seed": int(cfg["seed"]), "rounds": len(rows),
             "first_collapsed": int(rounds[down].iloc[0]) if down.any() else None,
             "last_collapsed": int(rounds[down].iloc[-1]) if down.any() else None,
             "rounds_collapsed": int(down.sum()), "ended_collapsed": bool(down.iloc[-1]),
@@ -124,7 +158,8 @@ def main(argv=None):
     command = command_line("experiments.health", argv)
     if args.out:
         check_target(table_file(args.out, ".md"), command, args.force)
-    lines = [line for line in map(describe, runs_in(args.runs)) if line is not None]
+    rows = {run: r for run in runs_in(args.runs) if (r := readable(run)) is not None}
+    lines = [describe(run, rows[run], setting) for run, setting in settings(list(rows)).items()]
     if not lines:
         raise SystemExit("no run named has rows with top_class_share")
     table = pd.DataFrame(lines).sort_values(["setting", "seed", "run"], kind="stable", ignore_index=True)

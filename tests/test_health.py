@@ -14,7 +14,7 @@ def _run(root, name, lr, seed, tops, stds, accuracy=None, config_extra=None, don
     run = root / name
     run.mkdir(parents=True)
     cfg = {"seed": seed, "dataset": {"name": "fashion_mnist", "partition": "shards"}, "secagg": {"name": "dh"},
-           "compression": {"ratio": 0.01},
+           "compression": {"name": "topk", "ratio": 0.01, "error_feedback": True},
            "fl": {"lr": lr, "max_update_norm": None}, **(config_extra or {})}
     (run / "config.json").write_text(json.dumps(cfg))
     accuracy = accuracy or [0.1 if t is not None and t >= 0.99 else 0.6 for t in tops]
@@ -54,8 +54,29 @@ def test_a_run_is_collapsed_from_the_first_round_its_model_gave_one_class_to_eve
     text = (tmp_path / "out" / "health.md").read_text()
     assert "Regenerate: `python -m experiments.health" in text
     # five runs: collapsed at some round (dead, back), ended so (dead), non-finite (nan), guessing (huge), others
-    assert "| shards, secagg=dh, ratio 0.01, fl.lr=0.3, fl.max_update_norm=null | 5 | 2 | 1 | 1 | 1 | 0.600 |" in text
+    assert "| shards, topk 0.01, secagg=dh | 5 | 2 | 1 | 1 | 1 | 0.600 |" in text  # no key differs among them
     assert len(pd.read_csv(tmp_path / "out" / "health.csv")) == 5
+
+
+def test_a_setting_names_the_keys_that_differ_within_a_codec_not_those_the_codec_decides(tmp_path):
+    """Dense and top-k runs differ in keys top-k alone reads (error feedback): not named; two learning rates of
+    top-k are two settings, named by fl.lr; Dirichlet's alpha is named on Dirichlet runs only."""
+    _run(tmp_path, "dense", 0.1, 0, [0.2], [1.0], config_extra={"compression": {"name": "none", "ratio": 1.0,
+                                                                                "error_feedback": False}})
+    _run(tmp_path, "a", 0.1, 0, [0.2], [1.0])
+    _run(tmp_path, "b", 0.3, 0, [0.2], [1.0])
+    _run(tmp_path, "dir", 0.1, 0, [0.2], [1.0], config_extra={"dataset": {"name": "fashion_mnist", "alpha": 0.1,
+                                                                          "partition": "dirichlet"}})
+    _run(tmp_path, "dir5", 0.1, 0, [0.2], [1.0], config_extra={"dataset": {"name": "fashion_mnist", "alpha": 0.5,
+                                                                           "partition": "dirichlet"}})
+    (tmp_path / "dense" / "config.json").write_text(  # a dense run's config keeps the alpha it does not read
+        (tmp_path / "dense" / "config.json").read_text().replace('"partition": "shards"',
+                                                                  '"partition": "shards", "alpha": 0.5'))
+    labels = health.main([str(tmp_path)]).set_index("run")["setting"].to_dict()
+    assert labels == {"dense": "shards, none 1, secagg=dh, fl.lr=0.1", "a": "shards, topk 0.01, secagg=dh, fl.lr=0.1",
+                      "b": "shards, topk 0.01, secagg=dh, fl.lr=0.3",
+                      "dir": "dirichlet, topk 0.01, secagg=dh, dataset.alpha=0.1, fl.lr=0.1",
+                      "dir5": "dirichlet, topk 0.01, secagg=dh, dataset.alpha=0.5, fl.lr=0.1"}
 
 
 def test_a_folder_of_runs_from_before_the_columns_is_refused(tmp_path):

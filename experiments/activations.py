@@ -22,7 +22,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from experiments.args import positive_int, summary
-from experiments.outputs import check_target, command_line, table_file, together
+from experiments.outputs import check_target, command_line, table_file, write_table
 from fl.results import MODEL_NAME, read_rows
 
 
@@ -81,9 +81,10 @@ def load(run: Path):
     return cfg, np.load(model_path, allow_pickle=False), read_rows(run / "rounds.csv")
 
 
-def runs_in(paths) -> list[Path]:
-    """The run folders named, and those in a results dir named (the ones with a model; the others are said and
-    skipped). A run folder named without a model is refused by `load`."""
+def runs_in(paths, needs: str | None = MODEL_NAME, script: str = "activations") -> list[Path]:
+    """The run folders named, and those in a results dir named, in path order; with `needs`, of a results dir's
+    only those holding that file (the others are said and skipped; a run folder named without it is refused by
+    `load`)."""
     runs = []
     for path in paths:
         if (path / "rounds.csv").exists():
@@ -93,10 +94,10 @@ def runs_in(paths) -> list[Path]:
         if not found:
             raise SystemExit(f"{path} is neither a run folder (rounds.csv) nor a folder of runs")
         for run in found:
-            if (run / MODEL_NAME).exists():
+            if needs is None or (run / needs).exists():
                 runs.append(run)
             else:
-                print(f"activations: skipping {run}: no {MODEL_NAME}", file=sys.stderr)
+                print(f"{script}: skipping {run}: no {needs}", file=sys.stderr)
     return runs
 
 
@@ -158,13 +159,7 @@ def main(argv=None):
     md = "\n".join(lines) + "\n"
     print(md)
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = "\n".join(["# Feature activity of saved models", "", f"Regenerate: `{command}`", "", summary(__doc__),
-                          "", md])
-        with together(table_file(path, ".csv"), table_file(path, ".md")) as (csv, markdown):
-            table.to_csv(csv, index=False)
-            markdown.write_text(text)
+        write_table(args.out, "Feature activity of saved models", command, summary(__doc__), table, md)
     return table
 
 

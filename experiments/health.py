@@ -21,8 +21,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from experiments.activations import runs_in
 from experiments.args import summary
-from experiments.outputs import check_target, command_line, table_file, together
+from experiments.outputs import check_target, command_line, table_file, write_table
 from experiments.report import MASKING_ONLY, _plain, _settings
 from fl.data import NUM_CLASSES
 from fl.results import finished, read_rows
@@ -33,20 +34,6 @@ def collapsed_rows(rows: pd.DataFrame) -> pd.Series:
     """Per evaluated row, whether its model collapsed (rows not evaluated, blank, are left out)."""
     rows = rows[rows["top_class_share"].notna()]
     return collapsed(rows["top_class_share"], rows["logit_std"])
-
-
-def runs_in(paths) -> list[Path]:
-    """The run folders named, and those in the folders of runs named, in path order."""
-    runs = []
-    for path in paths:
-        if (path / "rounds.csv").exists():
-            runs.append(path)
-            continue
-        found = sorted(p.parent for p in path.glob("*/rounds.csv"))
-        if not found:
-            raise SystemExit(f"{path} is neither a run folder (rounds.csv) nor a folder of runs")
-        runs += found
-    return runs
 
 
 LEADING = ("dataset.partition", "compression.name", "compression.ratio", "secagg.name")  # every label starts so
@@ -158,7 +145,7 @@ def main(argv=None):
     command = command_line("experiments.health", argv)
     if args.out:
         check_target(table_file(args.out, ".md"), command, args.force)
-    rows = {run: r for run in runs_in(args.runs) if (r := readable(run)) is not None}
+    rows = {run: r for run in runs_in(args.runs, needs=None) if (r := readable(run)) is not None}
     lines = [describe(run, rows[run], setting) for run, setting in settings(list(rows)).items()]
     if not lines:
         raise SystemExit("no run named has rows with top_class_share")
@@ -167,13 +154,7 @@ def main(argv=None):
     md = markdown(table, by_setting(table))
     print(md)
     if args.out:
-        path = Path(args.out)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        text = "\n".join(["# Runs whose model stopped looking at its input", "", f"Regenerate: `{command}`", "",
-                          summary(__doc__), "", md])
-        with together(table_file(path, ".csv"), table_file(path, ".md")) as (csv, written):
-            table.to_csv(csv, index=False)
-            written.write_text(text)
+        write_table(args.out, "Runs whose model stopped looking at its input", command, summary(__doc__), table, md)
     return table
 
 

@@ -24,6 +24,16 @@ def together(*paths: Path):
         os.replace(temp, path)
 
 
+def write_table(out, title: str, command: str, about: str, table, md: str) -> None:
+    """`<out>.md` (the title, the command that made it, what it is about, the Markdown table) and `<out>.csv`
+    (`table`, a DataFrame), together; the folder is made if need be."""
+    path = Path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with together(table_file(path, ".csv"), table_file(path, ".md")) as (csv, markdown):
+        table.to_csv(csv, index=False)
+        markdown.write_text("\n".join([f"# {title}", "", f"Regenerate: `{command}`", "", about, "", md]))
+
+
 def table_file(out, suffix: str) -> Path:
     """The file `<out><suffix>` of a table written to --out `out`. An `out` ending in .md or .csv has that suffix
     swapped; any other dot is part of the name (Path.with_suffix would make `--out results/budget_0.015` write

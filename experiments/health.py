@@ -24,7 +24,7 @@ import pandas as pd
 from experiments.activations import runs_in
 from experiments.args import summary
 from experiments.outputs import check_target, command_line, table_file, write_table
-from experiments.report import MASKING_ONLY, _plain, _settings
+from experiments.report import CODEC, MASKING_ONLY, _plain, _settings
 from fl.data import NUM_CLASSES
 from fl.results import finished, read_rows
 from fl.scores import collapsed
@@ -43,19 +43,24 @@ PARTITION_KEYS = {"dataset.alpha": "dirichlet", "dataset.shards_per_client": "sh
 
 
 def settings(runs: list[Path]) -> dict[Path, str]:
-    """Each run's setting: its partition, codec and ratio and mask protocol, then each other config key (among
-    those that can change results, as experiments.report compares them) whose value differs between runs of one
-    codec and protocol (a key the codec decides, top-k's index policy, is not repeated), less those the run does
-    not read (another partition's, masking's in an unmasked run). The seed is a column of its own."""
+    """Each run's setting: its partition, codec and ratio and mask protocol, then the other config keys (among
+    those that can change results, as experiments.report compares them) whose values differ: a key of the codec
+    or the masking where it differs between runs of one codec and protocol (one the codec decides, top-k's index
+    policy, is not repeated on dense runs), any other where it differs between any runs; less the keys the run
+    does not read (another partition's, masking's in an unmasked run). The seed is a column of its own."""
     configs = {run: {k: _plain(v) for k, v in _settings(run / "config.json").items()} for run in runs}
     groups: dict[tuple, list[dict]] = {}
     for cfg in configs.values():
         groups.setdefault((cfg.get("compression.name"), cfg.get("secagg.name")), []).append(cfg)
-    keys = sorted({k for group in groups.values() for c in group for k in c if k not in LEADING
-                   and len({c.get(k) for c in group}) > 1})
+    everywhere = {k for c in configs.values() for k in c if not k.startswith(CODEC) and k not in LEADING
+                  and len({c.get(k) for c in configs.values()}) > 1}  # the learning rate, the data, the model
+    differ = {codec: sorted(everywhere | {k for c in group for k in c if k.startswith(CODEC) and k not in LEADING
+                                          and len({c.get(k) for c in group}) > 1})
+              for codec, group in groups.items()}
     labels = {}
     for run, cfg in configs.items():
         partition, masked = cfg.get("dataset.partition"), cfg.get("secagg.name") != "none"
+        keys = differ[(cfg.get("compression.name"), cfg.get("secagg.name"))]
         lead = (f"{partition}, {cfg.get('compression.name')} {float(cfg.get('compression.ratio', 1)):g}, "
                 f"secagg={cfg.get('secagg.name')}")
         rest = [f"{k}={cfg[k]}" for k in keys if k in cfg and PARTITION_KEYS.get(k, partition) == partition

@@ -60,7 +60,8 @@ def test_a_run_is_collapsed_from_the_first_round_its_model_gave_one_class_to_eve
 
 def test_a_setting_names_the_keys_that_differ_within_a_codec_not_those_the_codec_decides(tmp_path):
     """Dense and top-k runs differ in keys top-k alone reads (error feedback): not named; two learning rates of
-    top-k are two settings, named by fl.lr; Dirichlet's alpha is named on Dirichlet runs only."""
+    top-k are two settings, named by fl.lr (on every run: a learning rate is not the codec's); Dirichlet's alpha
+    is named on Dirichlet runs only."""
     _run(tmp_path, "dense", 0.1, 0, [0.2], [1.0], config_extra={"compression": {"name": "none", "ratio": 1.0,
                                                                                 "error_feedback": False}})
     _run(tmp_path, "a", 0.1, 0, [0.2], [1.0])

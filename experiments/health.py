@@ -70,10 +70,13 @@ def settings(runs: list[Path]) -> dict[Path, str]:
 
 
 def readable(run: Path) -> pd.DataFrame | None:
-    """The run's rows, or None (said) where it is not finished or its rows have no `top_class_share` (written
-    before it existed)."""
+    """The run's rows, or None (said) where it is not finished, has no config.json, or its rows have no
+    `top_class_share` (written before it existed)."""
     if not finished(run):
         print(f"health: skipping {run}: not finished (running, or killed: rerun its command)", file=sys.stderr)
+        return None
+    if not (run / "config.json").exists():  # its setting is unknown: never pooled by guess
+        print(f"health: skipping {run}: no config.json", file=sys.stderr)
         return None
     rows = read_rows(run / "rounds.csv")
     if "top_class_share" not in rows or rows["top_class_share"].isna().all():

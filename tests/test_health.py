@@ -35,12 +35,14 @@ def test_a_run_is_collapsed_from_the_first_round_its_model_gave_one_class_to_eve
     _run(tmp_path, "alive", 0.3, 2, [0.99, None, 0.98, 0.2], [0.5, None, 0.0001, 2.0])
     _run(tmp_path, "older", 0.1, 0, [None, None], [None, None])  # rows from before the columns: skipped
     _run(tmp_path, "running", 0.3, 3, [1.0], [0.0], done=False)  # its last rows may not be written yet: skipped
+    (_run(tmp_path, "unknown", 0.3, 6, [1.0], [0.0]) / "config.json").unlink()  # no setting to pool it by: skipped
     # diverged: NaN logits (no spread), or a finite loss above ln 10 from logits that vary wildly
     _run(tmp_path, "nan", 0.3, 4, [0.3, 1.0], [1.0, float("nan")], accuracy=[0.5, 0.1], loss=[1.0, float("nan")])
     _run(tmp_path, "huge", 0.3, 5, [0.3, 0.4], [1.0, 900.0], accuracy=[0.5, 0.05], loss=[1.0, 1e3])
     table = health.main([str(tmp_path), "--out", str(tmp_path / "out" / "health")])
     err = capsys.readouterr().err
-    assert "skipping" in err and "not finished" in err and not {"older", "running"} & set(table["run"])
+    assert "not finished" in err and "no config.json" in err and "no top_class_share" in err
+    assert not {"older", "running", "unknown"} & set(table["run"])
     lines = table.set_index("run")
     columns = ["first_collapsed", "last_collapsed", "rounds_collapsed", "ended_collapsed"]
     assert lines.loc["dead", columns].tolist() == [1, 3, 3, True]

@@ -101,13 +101,12 @@ def runs_in(paths, needs: str | None = MODEL_NAME, script: str = "activations") 
     return runs
 
 
-def setting_of(cfg, seed: bool = True) -> str:
-    """A run's setting in a table's words, from its config (a mapping)."""
+def setting_of(cfg) -> str:
+    """A run's setting in a table's words, from its config."""
     fl, data = cfg["fl"], cfg["dataset"]
     split = data["partition"] + (f" {data['alpha']:g}" if data["partition"] == "dirichlet" else "")
     return (f"{split}, secagg={cfg['secagg']['name']}, ratio {cfg['compression']['ratio']:g}, "
-            f"fl.lr={fl['lr']:g}, fl.max_update_norm={fl.get('max_update_norm') or 'null'}"
-            + (f", seed {cfg['seed']}" if seed else ""))
+            f"fl.lr={fl['lr']:g}, fl.max_update_norm={fl.get('max_update_norm') or 'null'}, seed {cfg['seed']}")
 
 
 def describe(run: Path, max_test: int | None) -> list[dict]:

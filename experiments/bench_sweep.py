@@ -25,13 +25,12 @@ from pathlib import Path
 
 import pandas as pd
 from experiments.args import positive_int, summary
+from experiments.reproduce import COMPARED
 from fl.results import read_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 # what a cell computes (timings, ids and peak memory vary between any two runs of it)
-COMPUTED = ["config_hash", "round", "accuracy", "loss", "logit_std", "top_class_share", "bytes_up",
-            "bytes_up_payload", "bytes_up_protocol", "bytes_up_sketch", "bytes_down", "catchups", "rejected", "aborted",
-            "dropped", "local_steps"]  # reproduce.COMPARED's
+COMPUTED = ["config_hash", "round", *COMPARED]
 MODES = ("inline", "ray", "cluster")  # inline first: the reference
 QUICK = ["+experiment=quick"]  # 20 cells of mlp_small, 5 rounds each
 # 8 cells, 6 distinct: at ratio 1 error feedback changes nothing (the same config hash), so those repeats run once

@@ -31,7 +31,7 @@ from fl.rounds import client, masked, plain
 from fl.rounds.exchange import Tally
 from fl.runtime import warm
 from fl.runtime.pool import make_pool, pool_size
-from fl.scores import collapsed as looks_collapsed
+from fl.scores import collapsed
 from fl.server import Server
 
 
@@ -358,8 +358,7 @@ def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFram
     guess = math.log(classes)  # the test loss of the uniform prediction
     top, spread = rows[-1].get("top_class_share"), rows[-1].get("logit_std")
     # one class for (nearly) every test image, from a model that moved: its output no longer depends on the image
-    collapsed = top is not None and looks_collapsed(top, spread) and not (aborted | emptied).all()
-    if collapsed:
+    if top is not None and collapsed(top, spread) and not (aborted | emptied).all():
         print(f"fedsqueeze: warning: the final model gives one class to {top:.1%} of the test images, its logits "
               f"varying by {spread:.2g} (std across images): its features are likely dead (ReLUs that no image turns "
               "on), as after a first round that blew up at a high fl.lr. A bound near the honest updates' norms "

@@ -24,7 +24,7 @@ import pandas as pd
 from experiments.activations import runs_in
 from experiments.args import summary
 from experiments.outputs import check_target, command_line, table_file, write_table
-from experiments.report import CODEC, MASKING_ONLY, _plain, _settings
+from experiments.report import CODEC, MASKING_ONLY, config_settings, plain_value
 from fl.data import NUM_CLASSES
 from fl.results import finished, read_rows
 from fl.scores import collapsed
@@ -48,7 +48,7 @@ def settings(runs: list[Path]) -> dict[Path, str]:
     or the masking where it differs between runs of one codec and protocol (one the codec decides, top-k's index
     policy, is not repeated on dense runs), any other where it differs between any runs; less the keys the run
     does not read (another partition's, masking's in an unmasked run). The seed is a column of its own."""
-    configs = {run: {k: _plain(v) for k, v in _settings(run / "config.json").items()} for run in runs}
+    configs = {run: {k: plain_value(v) for k, v in config_settings(run / "config.json").items()} for run in runs}
     groups: dict[tuple, list[dict]] = {}
     for cfg in configs.values():
         groups.setdefault((cfg.get("compression.name"), cfg.get("secagg.name")), []).append(cfg)

@@ -27,6 +27,7 @@ from experiments.args import accuracy, summary
 from experiments.outputs import check_target, command_line, number_range, together
 from experiments import hosts, report_plots
 from experiments.grid import accuracy_cell
+from fl.scores import collapsed
 
 SETTING = ["env", "dataset", "partition", "model", "n_params", "compression", "ratio", "error_feedback",
            "secagg", "index_policy", "field_bits", "other"]
@@ -77,7 +78,7 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                 if label:
                     frame["dataset"] = label
                 frames.append(_name_policy(frame, path.parent / "config.json"))
-                configs[run_id] = _settings(path.parent / "config.json")
+                configs[run_id] = config_settings(path.parent / "config.json")
             else:
                 incomplete.append(path)
         # a run that failed before its first round: its failed-*.txt and no rows
@@ -153,7 +154,7 @@ def _numbers(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     return frame
 
 
-def _settings(config: Path) -> dict[str, str]:
+def config_settings(config: Path) -> dict[str, str]:
     """A run's config.json as {dotted key: JSON value}, less the keys that cannot change its results (among them
     the shared-index keys it does not read, as its config hash leaves them out)."""
     def flat(d: dict, prefix: str = ""):
@@ -204,7 +205,7 @@ def other_items(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[
         keys = sorted(apart.union(*(found[r] for r in g["run_id"])))
         for run_id, masked in zip(g["run_id"], g["secagg"] != "none"):
             cfg = configs.get(run_id, {})
-            other[run_id] = [(k, _plain(cfg[k])) for k in keys
+            other[run_id] = [(k, plain_value(cfg[k])) for k in keys
                              if k in cfg and (masked or not _under(k, MASKING_ONLY))]
     return other
 
@@ -214,7 +215,8 @@ def _first_rows(rows: pd.DataFrame) -> pd.DataFrame:
     return rows.assign(length=rows.groupby("run_id")["round"].transform("size")).groupby("run_id").first()
 
 
-def _plain(value: str) -> str:
+def plain_value(value: str) -> str:
+    """A `config_settings` value as a label shows it: a string without its quotes, anything else as JSON."""
     v = json.loads(value)
     return v if isinstance(v, str) else json.dumps(v)
 
@@ -290,6 +292,7 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         evaluated = run["accuracy"].dropna()
         # a run with no evaluated round (rows edited by hand: the simulator evaluates the last) has no accuracy
         out.update(final_accuracy=evaluated.iloc[-1] if len(evaluated) else np.nan,
+                   ended_collapsed=ended_collapsed(run.loc[evaluated.index]),
                    last_accuracy=evaluated.iloc[-LAST:].mean(),
                    rounds_to_target=int(reached.iloc[0]) + 1 if len(reached) else np.nan,
                    upload_to_target=upload,
@@ -305,6 +308,14 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         return pd.Series(out)
 
     return rows.groupby("run_id").apply(summarize, include_groups=False).reset_index(drop=True)
+
+
+def ended_collapsed(evaluated: pd.DataFrame) -> float:
+    """1.0 where the run's last evaluated model collapsed (fl.scores.collapsed), 0.0 where it did not, NaN where its
+    rows have no `top_class_share` (written before the column existed)."""
+    if "top_class_share" not in evaluated or evaluated.empty or pd.isna(evaluated["top_class_share"].iloc[-1]):
+        return np.nan
+    return float(collapsed(evaluated["top_class_share"].iloc[-1], evaluated["logit_std"].iloc[-1]))
 
 
 def round_trips(run: pd.DataFrame) -> pd.Series:
@@ -367,6 +378,7 @@ def table(runs: pd.DataFrame) -> pd.DataFrame:
               rounds_to_target=("rounds_to_target", "mean"),
               reached=("rounds_to_target", "count"), upload_to_target=("upload_to_target", "mean"),
               hosts=("host", hosts.pooled),
+              ended_collapsed=("ended_collapsed", lambda runs: runs.sum(min_count=1)),  # blank: no run knows
               **{c: (c, "mean") for c in LOST}).reset_index()
     base = _dense_baseline(t)
     t["up_vs_dense"] = t["up_per_client"].to_numpy() / base["up_per_client"].to_numpy()
@@ -415,6 +427,10 @@ OTHERS_NOTE = ("Other settings: the config keys in which a line's runs differ fr
 STEPS_NOTE = (" Steps / round: the minibatch steps the round's clients trained, summed (the rows' `local_steps`: "
               "the work in a unit no CPU changes; stragglers train part of theirs), mean over rounds and seeds; "
               "blank for runs recorded before the column.")
+COLLAPSED_NOTE = ("Ended collapsed: runs whose final model gave one class to at least 99% of the test images, its "
+                  "logits varying by less than 0.01 across them (dead features: its accuracy is chance; "
+                  "`python -m experiments.health` says from which round); blank where the runs' rows have no "
+                  "`top_class_share`. ")
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid); clipped / "
              "round: updates scaled down to `fl.max_update_norm`; aborted rounds: rounds not applied (too few "
              "survivors, or a failed protocol check); means over seeds. ")
@@ -446,6 +462,10 @@ def _has_broadcast_only(t: pd.DataFrame) -> bool:
 
 def _has_lost(t: pd.DataFrame) -> bool:
     return all(c in t for c in LOST) and bool((t[LOST].fillna(0) > 0).any(axis=None))
+
+
+def _has_collapsed(t: pd.DataFrame) -> bool:
+    return "ended_collapsed" in t and bool((t["ended_collapsed"].fillna(0) > 0).any())
 
 
 def _has_steps(t: pd.DataFrame) -> bool:
@@ -481,7 +501,8 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
              f"{LAST} evaluated rounds, mean over seeds (steadier where accuracy swings from round to round, as on "
              "shards). Field bits: the masked field's width (blank: not masked); "
              "runs that differ in it are never pooled. " + (OTHERS_NOTE if _has_others(t) else "")
-             + (LOST_NOTE if _has_lost(t) else "") + (BROADCAST_NOTE if _has_broadcast_only(t) else "")
+             + (COLLAPSED_NOTE if _has_collapsed(t) else "") + (LOST_NOTE if _has_lost(t) else "")
+             + (BROADCAST_NOTE if _has_broadcast_only(t) else "")
              + (MEMORY_NOTE if _memory(t["index_policy"]).any() else "")
              + "Bytes: per client per round, counted from the serialized messages. Δ vs dense, x dense: "
              "relative to the dense baseline (no compression, no masking) of the same environment, data, model and "
@@ -502,10 +523,11 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
               "host, and a line over two averages them): " + hosts.legend(tag), ""]
     if code:
         lines += ["Code (commit; `+modified`: with changes not committed): " + code, ""]
-    others, lost, steps = _has_others(t), _has_lost(t), _has_steps(t)  # these columns only where a line has some
+    # these columns only where a line has some
+    others, lost, steps, down = _has_others(t), _has_lost(t), _has_steps(t), _has_collapsed(t)
     header = ("| env | data | model | params | codec | ratio | EF | secagg | positions | field bits "
               f"{'| other settings ' if others else ''}| seeds | accuracy "
-              f"| last {LAST} | Δ vs dense "
+              f"| last {LAST} {'| ended collapsed ' if down else ''}| Δ vs dense "
               "| up B/client | up x dense | down B/client | down x dense | encode s | decode s | mask s | round s "
               f"{'| steps / round ' if steps else ''}| host "
               f"| rounds to {target} | upload to {target} |"
@@ -520,6 +542,7 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
             f"| {_ef(r)} | {r.secagg} | {r.index_policy} | {_num(r.field_bits, '.0f')} "
             f"{f'| {r.other} ' if others else ''}| {r.seeds}{f' ({r.runs} runs)' if r.runs != r.seeds else ''} "
             f"| {accuracy_cell(r.accuracy, r.accuracy_std, r.runs)} | {r.accuracy_last:.3f} "
+            f"{'| ' + _num(r.ended_collapsed, 'g') + ' ' if down else ''}"
             f"| {_num(r.accuracy_change, '+.3f')}{f' (dense: seeds {r.dense_seed_set})' if _other_seeds(r) else ''} "
             f"| {r.up_per_client:,.0f} | {_num(r.up_vs_dense)} | {r.down_per_client:,.0f} | {_num(r.down_vs_dense)} "
             f"| {_num(r.encode_s)} | {_num(r.decode_s)} | {_num(r.mask_s)} | {r.round_s:.3f} "
@@ -621,7 +644,8 @@ def main(argv=None) -> pd.DataFrame:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     hidden = (["base", "seed_set", "dense_seed_set"] + ([] if _has_others(t) else ["other"])
-              + ([] if _has_lost(t) else LOST) + ([] if _has_steps(t) else ["steps_per_round"]))
+              + ([] if _has_lost(t) else LOST) + ([] if _has_steps(t) else ["steps_per_round"])
+              + ([] if _has_collapsed(t) else ["ended_collapsed"]))
     names = ("topk_table.csv", "topk_table.md", "accuracy_vs_ratio.png", "accuracy_vs_bytes.png",
              "accuracy_vs_round.png", "time_breakdown.png")
     with together(*(out / name for name in names)) as (csv, md, by_ratio, by_bytes, by_round, breakdown):

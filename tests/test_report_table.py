@@ -78,6 +78,29 @@ def test_per_round_figures_are_means_over_rounds_then_over_seeds():
     assert (t["round_s"], t["round_trips"], t["dropped_per_round"]) == (2.0, 5.0, 2.0)
 
 
+def test_a_line_counts_its_runs_whose_final_model_collapsed_and_the_column_shows_only_where_one_did():
+    """Seed 0 ends collapsed (one class for 99.5% of the images, logits varying by 0.002); seed 1 collapsed in its
+    first round only; seed 2 ends with one class for every image but logits that vary (alive); seed 3's rows predate
+    the columns. Rows of the final round decide, and a line none of whose runs knows is blank."""
+    down, live = dict(top_class_share=0.995, logit_std=0.002), dict(top_class_share=0.3, logit_std=1.5)
+    runs = [pd.DataFrame(_rows(str(s), s)).assign(**{k: [first[k], last[k]] for k in down})
+            for s, (first, last) in enumerate([(live, down), (down, live), (live, dict(down, logit_std=0.05))])]
+    rows = pd.concat([*runs, pd.DataFrame(_rows("3", 3))], ignore_index=True)
+    per_run = report.per_run(rows, 0.9).set_index("seed")["ended_collapsed"]
+    assert per_run[[0, 1, 2]].tolist() == [1.0, 0.0, 0.0] and np.isnan(per_run[3])
+    old = report.table(report.per_run(pd.DataFrame(_rows("3", 3)), 0.9))
+    assert np.isnan(old["ended_collapsed"].iloc[0]) and "ended collapsed" not in report.markdown(old, [], 0.9, "cmd")
+    t = report.table(report.per_run(rows, 0.9))
+    assert t["ended_collapsed"].iloc[0] == 1
+    text = report.markdown(t, [], 0.9, "cmd")
+    assert "Ended collapsed: runs whose final model" in text
+    header, line = text.splitlines()[-3], text.splitlines()[-1]
+    cells = [c.strip() for c in line.split("|")]
+    assert cells[[c.strip() for c in header.split("|")].index("ended collapsed")] == "1"
+    alive = report.table(report.per_run(pd.concat(runs[1:], ignore_index=True), 0.9))
+    assert alive["ended_collapsed"].iloc[0] == 0 and "ended collapsed" not in report.markdown(alive, [], 0.9, "cmd")
+
+
 def test_rows_out_of_order_are_read_by_round():
     rows = pd.DataFrame(_rows("a", 0, (0.5, 0.6, 0.7))).iloc[::-1]
     run = report.per_run(rows, 0.6).iloc[0]

@@ -281,7 +281,7 @@ def test_a_config_json_that_does_not_parse_is_named_by_rehash_and_report_and_not
     assert "0000000000aa/config.json cannot be read" in capsys.readouterr().out
     assert (tmp_path / "0000000000aa" / "config.json").read_text() == '{"seed": '
     with pytest.raises(SystemExit, match="0000000000aa/config.json cannot be read"):
-        report._settings(tmp_path / "0000000000aa" / "config.json")
+        report.config_settings(tmp_path / "0000000000aa" / "config.json")
 
 
 def test_ids_that_look_like_numbers_read_back_as_the_strings_they_are(tmp_path):

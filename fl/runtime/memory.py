@@ -22,7 +22,8 @@ def clean_mappings(pattern: re.Pattern = GPU_LIBRARIES) -> list[tuple[int, int, 
     """(start, end, resident bytes) of this process's mappings of files matching `pattern` whose resident
     pages are all clean and file-backed."""
     try:
-        lines = open("/proc/self/smaps").read().splitlines()
+        with open("/proc/self/smaps") as f:  # closed at once: read in every worker at start-up
+            lines = f.read().splitlines()
     except OSError:
         return []
     out, current = [], None

@@ -51,3 +51,15 @@ def test_a_mapping_with_a_page_swapped_out_is_not_clean(monkeypatch):
              "Anonymous:             0 kB\nSwap:                  0 kB\n")
     monkeypatch.setattr(memory, "open", lambda path: io.StringIO(smaps), raising=False)
     assert memory.clean_mappings() == [(0x7f0000002000, 0x7f0000003000, 4096)]
+
+
+def test_reading_the_mappings_leaves_no_file_open():
+    """Every worker reads them at start-up: an unclosed file warns (ResourceWarning) and holds a descriptor."""
+    import gc
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        memory.clean_mappings()
+        gc.collect()
+    assert not [w for w in caught if issubclass(w.category, ResourceWarning)]

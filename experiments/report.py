@@ -428,9 +428,8 @@ STEPS_NOTE = (" Steps / round: the minibatch steps the round's clients trained, 
               "the work in a unit no CPU changes; stragglers train part of theirs), mean over rounds and seeds; "
               "blank for runs recorded before the column.")
 COLLAPSED_NOTE = ("Ended collapsed: runs whose final model gave one class to at least 99% of the test images, its "
-                  "logits varying by less than 0.01 across them (dead features: its accuracy is chance; "
-                  "`python -m experiments.health` says from which round); blank where the runs' rows have no "
-                  "`top_class_share`. ")
+                  "logits varying by less than 0.01 across them (dead features; `python -m experiments.health` says "
+                  "from which round); blank where the runs' rows have no `top_class_share`. ")
 LOST_NOTE = ("Dropped, rejected / round: clients lost per round (dropouts; updates refused as invalid); clipped / "
              "round: updates scaled down to `fl.max_update_norm`; aborted rounds: rounds not applied (too few "
              "survivors, or a failed protocol check); means over seeds. ")

@@ -112,7 +112,6 @@ def evaluate(model: nn.Module, x: np.ndarray | torch.Tensor, y: np.ndarray | tor
     return score(model, x, y, device, batch_size)[:2]
 
 
-@torch.inference_mode()
 def score(model: nn.Module, x: np.ndarray | torch.Tensor, y: np.ndarray | torch.Tensor, device: str = "cpu",
           batch_size: int = EVAL_BATCH) -> Scores:
     """A held-out split's `Scores`, as a round records them."""

@@ -40,7 +40,7 @@ class Int8Compression(Codec):
         uint8   format version (1)
         uint32  n
         uint32  L, then L uint32 layer sizes (L = 0: one tensor, no sizes)
-        max(L, 1) float32 scales (finite, >= 0)
+        max(L, 1) float32 scales (finite, >= 0, not -0.0)
         n int8 values q in [-127, 127] (all 0 in a tensor whose scale is 0)
 
     Size: 9 + 4L + 4 * max(L, 1) + n bytes; without a layout 13 + n.
@@ -77,8 +77,8 @@ class Int8Compression(Codec):
         sizes, _, offset = read_layout(payload, _HEADER.size, n, "int8")
         check_total("int8", len(payload), offset + 4 * sizes.size + n)
         scales = np.frombuffer(payload, dtype="<f4", count=sizes.size, offset=offset).astype(np.float32)
-        if not (np.isfinite(scales).all() and (scales >= 0).all()):
-            raise DecodeError("int8 scales must be finite and >= 0")
+        if not np.isfinite(scales).all() or np.signbit(scales).any():
+            raise DecodeError("int8 scales must be finite and >= 0 (not -0.0)")
         q = np.frombuffer(payload, dtype=np.int8, count=n, offset=offset + 4 * sizes.size)
         if (q == -128).any():
             raise DecodeError("int8 value -128 is outside [-127, 127]")

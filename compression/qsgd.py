@@ -62,7 +62,7 @@ class QSGDCompression(Codec):
         uint32  n
         uint16  s, the number of levels
         uint32  L, then L uint32 layer sizes (L = 0: one tensor, no sizes)
-        max(L, 1) float32 scales r (finite, >= 0)
+        max(L, 1) float32 scales r (finite, >= 0, not -0.0)
         n codes of w = 1 + bit_length(s) bits, bit-packed in little bit order (`compression.packing`):
         code = level | sign << (w - 1), level <= s, sign 1 iff the entry is negative (never on level 0)
         (all levels 0 in a tensor whose scale is 0)
@@ -112,8 +112,8 @@ class QSGDCompression(Codec):
         width = code_width(s)
         check_total("qsgd", len(payload), offset + 4 * sizes.size + packed_size(n, width))
         scales = np.frombuffer(payload, dtype="<f4", count=sizes.size, offset=offset).astype(np.float32)
-        if not (np.isfinite(scales).all() and (scales >= 0).all()):
-            raise DecodeError("qsgd scales must be finite and >= 0")
+        if not np.isfinite(scales).all() or np.signbit(scales).any():
+            raise DecodeError("qsgd scales must be finite and >= 0 (not -0.0)")
         offset += 4 * sizes.size
         codes = unpack_codes(np.frombuffer(payload, dtype=np.uint8, offset=offset), n, width, "qsgd codes")
         level = codes & ((1 << (width - 1)) - 1)

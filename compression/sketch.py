@@ -74,7 +74,8 @@ class CountSketch:
             np.maximum(out, b, out=b)  # the larger of the two small ones
             np.minimum(a, c, out=c)  # the smaller of the two large ones
             return _median3(e, b, c, out=out)
-        return np.median(per_row, axis=0).astype(np.float32)
+        # in float64: an even row count averages the two middle values, whose float32 sum can overflow
+        return np.median(per_row.astype(np.float64), axis=0).astype(np.float32)
 
     def heavy_hitters(self, table: np.ndarray, k: int) -> np.ndarray:
         """Sorted int64 positions of the k entries with the largest estimated magnitude."""

@@ -45,7 +45,7 @@ class TernaryCompression(Codec):
         uint32  n
         uint32  k (1 <= k <= n)
         uint32  L, then L uint32 layer sizes (L = 0: one tensor, no sizes)
-        max(L, 1) float32 magnitudes mu (finite, >= 0)
+        max(L, 1) float32 magnitudes mu (finite, >= 0, not -0.0)
         uint8   position encoding, then the positions (as top-k: `compression.positions`)
         ceil(k/8) bytes of sign bits (little bit order): bit i set iff the i-th kept entry, in
         position order, is negative (never set where mu is 0)
@@ -97,8 +97,8 @@ class TernaryCompression(Codec):
         if len(payload) < offset + 4 * sizes.size + 1:
             raise DecodeError(f"ternary payload truncated: expected {sizes.size} magnitudes and a position encoding")
         magnitudes = np.frombuffer(payload, dtype="<f4", count=sizes.size, offset=offset).astype(np.float32)
-        if not (np.isfinite(magnitudes).all() and (magnitudes >= 0).all()):
-            raise DecodeError("ternary magnitudes must be finite and >= 0")
+        if not np.isfinite(magnitudes).all() or np.signbit(magnitudes).any():
+            raise DecodeError("ternary magnitudes must be finite and >= 0 (not -0.0)")
         offset += 4 * sizes.size
         encoding = payload[offset]
         if encoding >= len(ENCODING_NAMES):

@@ -311,3 +311,17 @@ def test_biased_flags():
 
 def test_packed_size_helper():
     assert packed_size(3, 6) == 3 and packed_size(0, 5) == 0 and packed_size(1, 1) == 1
+
+
+@pytest.mark.parametrize("name", ["qsgd", "int8", "ternary"])
+def test_a_scale_of_minus_0_is_refused(name):
+    """A sign bit on a zero scale is a non-canonical encoding (the encoders write +0.0; rotation refuses it too): it
+    would decode a zero tensor to -0.0 entries, so two senders' bytes could differ for the same vector."""
+    codec = compression.get(name)()
+    payload = bytearray(codec.encode(np.zeros(8, np.float32)))
+    offset = sys.modules[type(codec).__module__]._HEADER.size + 4  # after the header and L = 0
+    assert struct.unpack_from("<f", payload, offset) == (0.0,)
+    assert not np.signbit(codec.decode(bytes(payload), 8)).any()
+    struct.pack_into("<f", payload, offset, -0.0)
+    with pytest.raises(compression.DecodeError, match=r"not -0\.0"):
+        codec.decode(bytes(payload), 8)

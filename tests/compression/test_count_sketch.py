@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import compression
 from compression import CountSketch
 
 
@@ -62,6 +63,18 @@ def test_estimate_is_the_median_over_rows_of_signed_buckets(rows):
     table = sketch.sketch(vector)
     per_row = np.stack([sketch.signs[r] * table[r, sketch.buckets[r]] for r in range(rows)])
     np.testing.assert_allclose(sketch.estimate(table), np.median(per_row, axis=0), rtol=1e-6)
+
+
+@pytest.mark.parametrize("rows", [2, 4])
+def test_an_even_median_of_huge_finite_values_is_finite(rows):
+    """The mean of the two middle rows fits in float32 whenever the rows do; their float32 sum need not."""
+    sketch = CountSketch(rows=rows, cols=64, length=64, seed=1)
+    vector = np.zeros(64, np.float32)
+    vector[5] = 3e38
+    estimate = sketch.estimate(sketch.sketch(vector))
+    assert np.isfinite(estimate).all() and estimate[5] == np.float32(3e38)
+    codec = compression.get("countsketch")(ratio=1.0, rows=rows, cols_per_k=1)
+    assert codec.decode(codec.encode(vector), 64)[5] == np.float32(3e38)
 
 
 @pytest.mark.parametrize("rows", [3, 5])

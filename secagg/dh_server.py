@@ -83,9 +83,9 @@ class Server:
             if None in classes:
                 problem = LOW_ORDER
             elif classes[0] == classes[1]:
-                problem = "the same public key twice"
+                problem = "public key twice (the same for both agreements)"
             elif self._classes.intersection(classes):
-                problem = "a public key another client already sent"
+                problem = "public key another client already sent"
         if problem is not None:
             self.rejected[cid] = problem  # left out of the roster, as if it never advertised
             raise ProtocolError(f"client {cid} refused at advertise: it sent a {problem}")

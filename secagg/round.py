@@ -201,8 +201,8 @@ def session_id(run_id: str, round: int, participants: Iterable[int], *, protocol
             raise TypeError(f"the session nonce must be bytes, got {type(nonce).__name__}")
         encoded += [b"nonce", struct.pack(">I", len(nonce)), nonce]
     if bits is not None:
-        if isinstance(bits, bool) or not isinstance(bits, int) or not 2 <= bits <= MAX_FIELD_BITS:
+        if isinstance(bits, bool) or not isinstance(bits, numbers.Integral) or not 2 <= bits <= MAX_FIELD_BITS:
             raise ValueError(f"the field width must be an integer in [2, {MAX_FIELD_BITS}] bits (as "
                              f"FixedPointQuantizer's), got {bits!r}")
-        encoded += [b"field", struct.pack(">I", bits)]
+        encoded += [b"field", struct.pack(">I", int(bits))]
     return hashlib.sha256(b"".join(encoded)).digest()

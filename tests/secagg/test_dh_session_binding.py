@@ -2,6 +2,7 @@
 
 import dataclasses
 
+import numpy as np
 import pytest
 from secagg_rounds import IDS, Round, random_inputs, zeros
 
@@ -81,11 +82,14 @@ def test_the_session_binds_the_field_width():
     """(A message from a session of another width is refused: the test of another configuration below.)"""
     widths = [session_id("run", 0, IDS, protocol="dh", length=64, bits=b) for b in (None, 20, 21, 32)]
     assert len(set(widths)) == 4
+    # a numpy width, as FixedPointQuantizer takes one, binds as the same int
+    assert session_id("run", 0, IDS, protocol="dh", length=64, bits=np.int64(20)) == widths[1]
 
 
 @pytest.mark.parametrize("kw,match", [({"nonce": "text"}, "nonce"), ({"protocol": "dh"}, "length"),
                                       ({"length": 64}, "protocol"), ({"protocol": "none", "length": 64}, "mask"),
                                       ({"bits": 1}, r"\[2, 32\]"), ({"bits": 33}, r"\[2, 32\]"),
+                                      ({"bits": 20.0}, r"\[2, 32\]"),
                                       # a configuration make_round refuses, refused here too
                                       ({"protocol": "dh", "length": 64, "threshold": 1}, "< 2"),
                                       ({"protocol": "dh", "length": 64, "threshold": -1}, "< 2"),

@@ -100,11 +100,11 @@ def test_another_clients_key_plus_a_low_order_point_is_refused():
         sk.exchange(X25519PublicKey.from_public_bytes(first.mask_public_key))
     other = r.clients[1].advertise()
     for field in ("cipher_public_key", "mask_public_key"):
-        with pytest.raises(ProtocolError, match="another client already sent"):
+        with pytest.raises(ProtocolError, match="it sent a public key another client already sent"):
             r.server.receive_keys(dataclasses.replace(other, **{field: twin}))
-    with pytest.raises(ProtocolError, match="same public key twice"):
+    with pytest.raises(ProtocolError, match="it sent a public key twice"):
         r.server.receive_keys(dataclasses.replace(other, mask_public_key=plus_order_2(other.cipher_public_key)))
-    assert r.server.rejected[1] == "the same public key twice"
+    assert r.server.rejected[1] == "public key twice (the same for both agreements)"
     r.server.receive_keys(other)
 
 

@@ -121,7 +121,7 @@ class Server:
         self.worker_round: dict[int, int] = {}  # worker -> last round whose broadcast it applied
         self.sizes: list[int] = []  # broadcast bytes per round
         self.aborted_rounds: list[int] = []  # masked rounds not applied: residuals staged in them are dropped
-        self.unsummed: dict[int, list[int]] = {}  # applied round -> clients whose values it refused (masked, memory)
+        self.unsummed: dict[int, list[int]] = {}  # applied round -> clients whose values it refused
 
     def forget(self, workers) -> None:
         """Revived workers hold no model: they get a catch-up with their next broadcast."""

@@ -201,9 +201,9 @@ def residual_need(cfg, plan: Plan, workers: int) -> tuple[int, int, int]:
     worker's, and how many clients keep one. Known before round 0, as the cohorts are drawn from the seed: each
     client sampled in any round keeps one residual (`plan.length` entries of `compression.residual_dtype`) from
     then on, on the worker that owns it (client id modulo the pool size). A masked round's new residuals wait in
-    float32, staged beside the old ones, until the round is applied, and under fl.aggregation=memory a plain round's
-    senders hold their old memories until their worker is next called (fl.rounds.client.restore_refused): each
-    worker's most clients in a round hold that second copy too. A client that drops out or whose update is refused
+    float32, staged beside the old ones, until the round is applied, and a plain round's senders hold their old
+    residuals (memories) until their worker is next called (fl.rounds.client.restore_refused): each worker's most
+    clients in a round hold that second copy too. A client that drops out or whose update is refused
     keeps none that round, so there this is a bound. 0 where no client keeps a residual. A memory is kept as a
     residual is."""
     if not (plan.error_feedback or plan.memory):
@@ -214,12 +214,10 @@ def residual_need(cfg, plan: Plan, workers: int) -> tuple[int, int, int]:
     for r in range(int(cfg.fl.rounds)):
         cohort = seeds.cohort(seed, r, num_clients, per_round)
         sampled.update(cohort)
-        if plan.masked or plan.memory:
-            staged = np.maximum(staged, np.bincount(np.array(cohort) % workers, minlength=workers))
-        elif len(sampled) == num_clients:
-            break
+        staged = np.maximum(staged, np.bincount(np.array(cohort) % workers, minlength=workers))
     each = plan.length * np.dtype(plan.residual_dtype).itemsize
-    per_worker = np.bincount([cid % workers for cid in sampled], minlength=workers) * each + staged * plan.length * 4
+    second = plan.length * (4 if plan.masked else np.dtype(plan.residual_dtype).itemsize)  # masked: staged float32
+    per_worker = np.bincount([cid % workers for cid in sampled], minlength=workers) * each + staged * second
     return int(per_worker.sum()), int(per_worker.max()), len(sampled)
 
 

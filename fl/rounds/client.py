@@ -104,9 +104,10 @@ def keep_residual(worker, cid: int, residual: np.ndarray) -> None:
 
 
 def restore_refused(worker, unsummed: dict[int, list[int]]) -> None:
-    """Under fl.aggregation=memory a plain round's sender keeps its new memory at once and holds its old one until
-    its worker is next called; a client whose update the server refused in that round (`unsummed`, per round)
-    takes the old one back, so that its memory stays what the server's sum holds of it."""
+    """A plain round's sender keeps its new residual (or, under fl.aggregation=memory, memory) at once and holds its
+    old one until its worker is next called; a client whose update the server refused in that round (`unsummed`, per
+    round) takes the old one back, so that its residual stays what the server's sum left out of its updates (its
+    memory, what the sum holds of it), as a masked round's refused sender keeps its old one."""
     for cid in unsummed.get(worker.replaced_round, ()):
         if cid in worker.replaced:
             old = worker.replaced[cid]

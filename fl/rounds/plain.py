@@ -22,7 +22,7 @@ ENCODE_BATCH_BYTES = 4 << 20
 def client_round(worker, broadcast: bytes, round: int, clients: list[int], catchup: bytes | None,
                  unsummed: dict[int, list[int]], t: dict):
     """Train each client and yield (client id, ClientUpdate bytes, or None if it is not sent). `unsummed`: per
-    round, the clients whose update the server refused (under fl.aggregation=memory they take back their memory)."""
+    round, the clients whose update the server refused (they take back their residual, or memory)."""
     restore_refused(worker, unsummed)
     t["t_sync"] += sync(worker, broadcast, round, catchup)
     batch = max(1, ENCODE_BATCH_BYTES // (4 * worker.plan.length))
@@ -43,10 +43,9 @@ def encode_updates(worker, trained: list[tuple[int, np.ndarray, int]], round: in
             else:
                 payload = plan.client_codec.encode(update)
             message = wire.encode_update(round, cid, plan.client_codec.name, plan.length, float(n), payload)
-            if residual is not None:
-                if plan.memory:  # the old memory, until the server is known to have summed this update
-                    worker.replaced[cid] = worker.residuals.get(cid)
-                    worker.replaced_round = round
+            if residual is not None:  # the old residual (memory), until the server is known to have summed this one
+                worker.replaced[cid] = worker.residuals.get(cid)
+                worker.replaced_round = round
                 keep_residual(worker, cid, residual)
         except ValueError:  # NaN/Inf from a diverged client: never sent, never aggregated
             message = None
@@ -123,8 +122,8 @@ def run(server, pool, tally: Tally, r: int, by_worker: dict[int, list[int]], del
         except ValueError as err:
             tally.row["rejected"] += 1
             tqdm.write(f"round {r}: rejected update of client {cid}: {err}")
-            if server.memory is not None:  # its client kept a memory the sum does not hold: it takes it back
-                server.unsummed.setdefault(r, []).append(cid)
+            if server.plan.error_feedback or server.plan.memory:
+                server.unsummed.setdefault(r, []).append(cid)  # its client takes back its old residual (memory)
     tally.timed("t_aggregate", server.apply_plain, agg)  # the mean and its step: the server's side too
 
 

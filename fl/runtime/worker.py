@@ -85,7 +85,7 @@ class Worker:
         self.staged_round = -1
         self.straggling: tuple[int, frozenset[int]] = (-1, frozenset())  # (round, its stragglers)
         self.steps_trained = 0  # minibatch steps of every client this worker has trained (the rows' local_steps)
-        self.replaced: dict[int, np.ndarray | None] = {}  # memory: a plain round's senders' old memories (or None)
+        self.replaced: dict[int, np.ndarray | None] = {}  # a plain round's senders' old residuals or memories (or None)
         self.replaced_round = -1
         self.feedback = (compression.MemoryFeedback if p.memory else compression.ErrorFeedback)(p.client_codec)
         self.policy = p.index_policy()  # public: a worker needs only its sketch hashes

@@ -3,6 +3,7 @@ start-up warning where this machine's available memory cannot hold it."""
 import pytest
 
 import fl
+import fl.seeds
 import fl.simulation as sim
 from fl.runtime.worker import Worker
 
@@ -37,27 +38,31 @@ def need(monkeypatch):
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 def test_the_estimate_is_the_state_the_run_reports_at_its_last_round(tmp_path, need, dtype, capsys):
     """20 clients, 4 a round for 4 rounds: the clients sampled at least once keep a residual each, on worker
-    cid % 2."""
+    cid % 2, and each worker's most senders in a round hold their old one beside it until its next call."""
     rows = run(tmp_path, f"compression.residual_dtype={dtype}")
     (total, largest, clients), = need["need"]
     each = rows["n_params"].iloc[0] * (4 if dtype == "float32" else 2)
-    assert total == rows["state_bytes"].iloc[-1] and total % each == 0 and 4 * each < total < 16 * each
-    assert largest == max(need["held"].values()) and set(need["held"]) == {0, 1}
+    kept = rows["state_bytes"].iloc[-1]
+    assert kept == clients * each and 4 < clients < 16 and set(need["held"]) == {0, 1}
+    most = [max(sum(c % 2 == w for c in fl.seeds.cohort(0, r, 20, 4)) for r in range(4)) for w in (0, 1)]
+    assert total == kept + sum(most) * each
+    assert largest == max(need["held"][w] + most[w] * each for w in (0, 1))
     out = capsys.readouterr()
-    assert clients == total // each
     assert f"{clients} clients' {dtype} residuals will reach {total / 1e6:,.1f} MB" in out.out
     assert "warning" not in out.err
 
 
 @pytest.mark.parametrize("setting, dtype", [(("compression.index_policy=sketch",), "float16"),
                                             (("compression.index_policy=fresh",), "float32"),
-                                            (("secagg=none", "fl.aggregation=memory", "compression=none"), "float32")],
-                         ids=["masked-sketch", "masked-fresh", "memory-dense"])
+                                            (("secagg=none", "fl.aggregation=memory", "compression=none"), "float32"),
+                                            (("secagg=none",), "float16")],
+                         ids=["masked-sketch", "masked-fresh", "memory-dense", "plain-topk"])
 def test_a_runs_estimate_holds_its_rounds_second_copies_beside_the_kept_residuals(tmp_path, monkeypatch, setting,
                                                                                   dtype):
     """Every client in every round: a masked round stages each client's new residual (float32, held first under
     `fresh`) beside the one it keeps, twice (three times in float16) the residuals the estimate counted; a plain
-    round under fl.aggregation=memory holds each sender's old memory beside its new one (also without compression)."""
+    round holds each sender's old residual beside its new one, and under fl.aggregation=memory its old memory (also
+    without compression)."""
     peaks, needs = {}, []
     original_need, original_stats = sim.residual_need, Worker.stats
 

@@ -170,6 +170,34 @@ def test_an_update_the_server_refuses_is_still_counted_as_uploaded(tmp_path, mon
     assert rows["bytes_up"].sum() == rows["bytes_up_payload"].sum() == sum(sent)
 
 
+def test_a_sender_whose_update_the_server_refuses_takes_its_old_residual_back(tmp_path, monkeypatch):
+    """Error feedback: client 1's round-1 update is truncated on the way and refused; at its next round it starts
+    from the residual it had before (as a masked round's refused sender does), not from one that assumes the server
+    summed what it sent. The others start from their new residuals."""
+    import fl
+
+    encode, keep, now, start = wire.encode_update, plain.keep_residual, {}, {}
+
+    def truncated(round, cid, *a):
+        now["round"] = round
+        message = encode(round, cid, *a)
+        return message[:-3] if (round, cid) == (1, 1) else message
+
+    def kept(worker, cid, residual):  # the residual this round's update started from, before the new one replaces it
+        old = worker.residuals.get(cid)
+        start[now["round"], cid] = None if old is None else old.copy()
+        keep(worker, cid, residual)
+
+    monkeypatch.setattr(wire, "encode_update", truncated)
+    monkeypatch.setattr(plain, "keep_residual", kept)
+    rows = fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "model=mlp_small", "secagg=none",
+                              "compression.ratio=0.1", "fl.num_clients=4", "fl.clients_per_round=4", "fl.rounds=3"]))
+    assert rows["rejected"].tolist() == [0, 1, 0] and rows["error_feedback"].all()
+    np.testing.assert_array_equal(start[2, 1], start[1, 1])
+    for cid in (0, 2, 3):
+        assert not np.array_equal(start[2, cid], start[1, cid])
+
+
 def test_a_dead_workers_clients_count_as_dropped_and_a_client_that_sends_nothing_as_rejected(tmp_path, monkeypatch):
     """Worker 1 (clients 1 and 5 of 8, on four workers) dies in every round's call, and client 2's update is not
     finite: the row says which clients were lost with their worker and which refused to send."""

@@ -51,10 +51,12 @@ def _same_definition(old: type, new: type) -> bool:
 
 def canonical(name: str) -> str:
     """The canonical name for a canonical name or alias (exact match first, then case-insensitive)."""
+    if not isinstance(name, str):  # an int or a list is no name (and a list is no dict key)
+        raise UnknownProtocolError(f"unknown compression protocol {name!r}; registered: {_listing()}")
     if name in _canonical_of:
         return _canonical_of[name]
     for key, owner in _canonical_of.items():
-        if isinstance(name, str) and key.lower() == name.lower():
+        if key.lower() == name.lower():
             return owner
     raise UnknownProtocolError(f"unknown compression protocol {name!r}; registered: {_listing()}")
 

@@ -67,6 +67,9 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
             values[key], spelled[key] = switch, name
     for name, value in _dotted(other_config):
         key = f"fl.{name}" if name in _FL_KEYS else name
+        if key in ("secagg.name", "compression.name"):  # the switches choose these, with their presets
+            switch = "mask_protocol" if key == "secagg.name" else "compression_protocol"
+            raise ConfigError(f"{name}={value!r}: choose it with {switch}={value!r}")
         if key in spelled:  # two spellings of one key: neither may silently win
             raise ConfigError(f"{key} is given twice, as {spelled[key]}={values[key]!r} and as {name}={value!r}: "
                               f"give it once")

@@ -47,11 +47,13 @@ def _same_definition(old, new) -> bool:
 
 def canonical(name: str) -> str:
     """The canonical name for a canonical name or alias: exact match first, then case-insensitive."""
+    if not isinstance(name, str):  # an int or a list is no name (and a list is no dict key)
+        raise UnknownProtocolError(f"unknown mask protocol {name!r}; registered: {_listing()}")
     if name in _PROTOCOLS:
         return name
     if name in _ALIASES:
         return _ALIASES[name]
-    folded = str(name).casefold()
+    folded = name.casefold()
     for key in sorted(_PROTOCOLS):
         if key.casefold() == folded:
             return key

@@ -117,6 +117,22 @@ def test_a_sweep_refuses_a_cell_whose_switch_is_a_number_other_than_0_or_1(tmp_p
     assert not list(results.rglob("rounds.csv"))
 
 
+def test_a_sweep_refuses_a_cell_whose_preset_sets_a_switch_to_2_before_any_cell_runs(tmp_path):
+    """The up-front check validated each cell's config but not its presets' switches (which the typed config reads
+    as true): the good cell trained and the bad one was refused only when its turn came."""
+    (tmp_path / "conf" / "compression").mkdir(parents=True)
+    (tmp_path / "conf" / "compression" / "topk_bad.yaml").write_text("name: topk\nratio: 0.1\nclient: 2\n")
+    results = tmp_path / "runs"
+    out = subprocess.run([sys.executable, str(ROOT / "simulate.py"), "-m", "backend=inline", "model=mlp_small",
+                          "fl.rounds=1", "secagg=none", "compression=none,topk_bad",
+                          f"hydra.searchpath=[file://{tmp_path / 'conf'}]", f"results.dir={results}"],
+                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr[-3000:]
+    assert "configuration refused for 1 of 2 cells; none ran:" in out.stderr
+    assert "topk_bad.yaml: compression.client is a switch: true or false, got 2" in out.stderr
+    assert not list(results.rglob("rounds.csv"))
+
+
 @pytest.mark.parametrize("empty", ["secagg=glob(rsa*)", "seed=range(0,0)"])
 def test_a_sweep_of_no_cells_is_refused_naming_the_key_swept_over_nothing(tmp_path, empty):
     """A typo'd glob() or an empty range() made a sweep of no cells, which exited 0 as if it had run, so

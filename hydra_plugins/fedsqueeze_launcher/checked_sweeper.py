@@ -43,15 +43,17 @@ class CheckedSweeper(BasicSweeper):
 
     def validate_batch_is_legal(self, batch: Sequence[Sequence[str]]) -> None:
         """Compose each cell (Hydra's own check) and validate it; exit 2 listing the refused cells, if any."""
-        from fl.config import ConfigError, check_switches, validate
+        from fl.config import ConfigError, check_composed_switches, check_switches, validate
 
         refused = []
         for overrides in batch:
             config = self.hydra_context.config_loader.load_sweep_config(self.config, list(overrides))
+            runtime = config.hydra.runtime  # the chosen presets: their switches are checked as the task checks them
             with open_dict(config):
                 del config["hydra"]  # the cell's task sees its config without Hydra's own node
             try:
                 check_switches(overrides)
+                check_composed_switches(runtime)
                 validate(config)
             except ConfigError as err:
                 refused.append(f"  {' '.join(filter_overrides(overrides))}: {err}")

@@ -27,6 +27,9 @@ def test_unknown_name_error_lists_every_registered_name_and_alias():
     assert isinstance(caught.value, ValueError)
     with pytest.raises(UnknownProtocolError, match="registered: .*topk"):
         compression.canonical("foo")
+    for name in (None, 7, ["topk"], {"name": "topk"}):  # no name (a list or a dict is not even a dict key)
+        with pytest.raises(UnknownProtocolError, match="registered: .*topk"):
+            compression.get(name)
 
 
 ALL_CODECS = ["countsketch", "fp16", "int8", "none", "qsgd", "randk", "ternary", "topk"]

@@ -544,6 +544,11 @@ def test_the_api_points_a_protocol_group_chosen_by_name_to_its_switch(group, swi
     not a subclass of SecAggConfig"."""
     with pytest.raises(ConfigError, match=f"{group}='{name}': choose it with {switch}='{name}'"):
         fl.build_config(**{group: name})
+    # nor by its name key: that took the name over the switch's, keeping the switch's preset (qsgd's broadcast off
+    # under compression={'name': 'topk'})
+    for given in ({group: {"name": "none"}}, {f"{group}.name": "none"}):
+        with pytest.raises(ConfigError, match=f"{group}.name='none': choose it with {switch}='none'"):
+            fl.build_config(**{switch: name}, **given)
 
 
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))

@@ -26,6 +26,9 @@ def test_unknown_name_lists_every_registered_name_and_alias():
     assert "'foo'" in message
     assert "dh (aliases: DHProtocol)" in message and "none" in message
     assert "secaggplus (aliases: SecAggPlusProtocol)" in message
+    for name in (None, 7, ["dh"], {"name": "dh"}):  # no name (a list or a dict is not even a dict key)
+        with pytest.raises(UnknownProtocolError, match="registered: .*dh"):
+            secagg.get(name)
 
 
 def test_unknown_protocol_error_is_a_value_error():

@@ -275,12 +275,14 @@ def _typed(cfg: DictConfig | Config) -> DictConfig:
     OmegaConf.set_struct(schema, True)
     OmegaConf.set_struct(schema.compression.options, False)  # codec options: checked by the codec itself
     try:  # unknown keys (even ones forced in with `+key=`) and wrong types raise here
-        plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else cfg
+        # a Config as a dict (merged as a dataclass, a wrong field was named without its section: 'clip')
+        plain = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else \
+            asdict(cfg) if is_dataclass(cfg) else cfg
         typed = OmegaConf.merge(schema, plain)
     except Exception as err:  # OmegaConf names the key on a later line, dropped here: put it first
         key, first = getattr(err, "full_key", ""), str(err).splitlines()[0]
         raise ConfigError(f"{key}: {first}" if key else first) from None
-    _check_switches_in(asdict(plain) if is_dataclass(plain) else plain)  # a Config's fields hold what they were given
+    _check_switches_in(plain)  # a Config's fields hold what they were given
     if isinstance(cfg, DictConfig):
         _check_interpolated_switches(cfg)
     return typed
@@ -329,8 +331,9 @@ def _check_run(c) -> None:
         raise ConfigError(f"seed must be in [0, 2**32), got {c.seed}")
     if not c.results.dir.strip():  # '' would scatter run folders over the working directory
         raise ConfigError("results.dir is empty: name a folder (the default is results/runs; '.' for here)")
-    if Path(c.results.dir).is_file():
-        raise ConfigError(f"results.dir={c.results.dir} is a file: name a folder")
+    existing = next((p for p in (Path(c.results.dir), *Path(c.results.dir).parents) if p.exists()), None)
+    if existing is not None and not existing.is_dir():  # the folder, or a folder it would be made in, is a file
+        raise ConfigError(f"results.dir={c.results.dir}: {existing} is a file: name a folder")
     paths = {"results.dir": c.results.dir} | ({"dataset.root": c.dataset.root} if c.dataset.name != "digits" else {})
     for key, path in paths.items():  # nothing expands '~' (fl.run_server(results={'dir': '~/x'}), a quoted override)
         if path.startswith("~"):
@@ -398,6 +401,9 @@ def _check_runtime(c) -> None:
     if not 0 < c.ray.num_cpus_per_worker < math.inf or not 0 <= c.ray.num_gpus_per_worker < math.inf:
         raise ConfigError(f"need 0 < ray.num_cpus_per_worker and 0 <= ray.num_gpus_per_worker, both finite, got "
                           f"{c.ray.num_cpus_per_worker} and {c.ray.num_gpus_per_worker}")
+    for key in ("num_cpus_per_worker", "num_gpus_per_worker"):  # Ray counts resources in units of 1e-4
+        if 0 < c.ray[key] < 1e-4:
+            raise ConfigError(f"ray.{key}={c.ray[key]} is below 0.0001, the smallest share Ray takes")
     if c.ray.call_timeout_s is not None and not 0 < c.ray.call_timeout_s < math.inf:
         raise ConfigError(f"ray.call_timeout_s must be a positive number of seconds or null (wait for ever), got "
                           f"{c.ray.call_timeout_s}")

@@ -239,6 +239,16 @@ def test_a_ray_cells_cell_no_node_can_hold_is_refused_before_any_cell_starts(tmp
     assert "Traceback" not in out and not list(results.rglob("rounds.csv"))
 
 
+@pytest.mark.parametrize("cpus", ["nan", "0", "-4"])
+def test_a_ray_cells_driver_share_that_is_not_a_positive_number_is_refused_before_ray_starts(tmp_path, cpus):
+    """NaN was refused as a cell that fits on no node, with advice to lower ray.num_workers; 0 and -4 passed."""
+    results = tmp_path / "runs"
+    out = sweep("backend=inline", "model=mlp_small", "fl.rounds=1", "secagg=none", "seed=0,1",
+                "hydra/launcher=ray_cells", f"hydra.launcher.driver_cpus={cpus}", results=results, returncode=2)
+    assert f"configuration refused: hydra.launcher.driver_cpus must be > 0 and finite, got {float(cpus)}" in out
+    assert "Traceback" not in out and not list(results.rglob("rounds.csv"))
+
+
 def test_ray_cells_runs_a_repeated_configuration_once_per_results_folder(tmp_path):
     """`-m results.dir=a,b`: the second cell computes what the first does but writes elsewhere; it was taken for a
     repeat and never wrote into b."""

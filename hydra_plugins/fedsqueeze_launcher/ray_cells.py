@@ -6,6 +6,7 @@ conf/hydra/launcher/ray_cells.yaml. Imported by Hydra's plugin scan at every sta
 from __future__ import annotations
 
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -37,6 +38,10 @@ class RayCellLauncher(Launcher):
         from ray.util.placement_group import placement_group, remove_placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+        if not 0 < self.driver_cpus < math.inf:  # before Ray starts: Ray would refuse the reservation, or never fill it
+            print(f"fedsqueeze: configuration refused: hydra.launcher.driver_cpus must be > 0 and finite, got "
+                  f"{self.driver_cpus}", file=sys.stderr)
+            sys.exit(2)
         setup_globals()
         configure_log(self.config.hydra.hydra_logging, self.config.hydra.verbose)
         Path(str(self.config.hydra.sweep.dir)).mkdir(parents=True, exist_ok=True)
@@ -119,7 +124,8 @@ def _does_not_fit(bundles: list[dict]) -> str | None:
     if not any(all(node.get(r, 0.0) >= amount for r, amount in need.items()) for node in nodes):
         largest = max(nodes, key=lambda node: node.get("CPU", 0.0), default={})
         return (f"asks for {need} on one node (its driver and its ray.num_workers workers); the largest node has "
-                f"{({r: largest.get(r, 0.0) for r in need})}: lower ray.num_workers or ray.num_cpus_per_worker")
+                f"{({r: largest.get(r, 0.0) for r in need})}: lower ray.num_workers, ray.num_cpus_per_worker or "
+                f"hydra.launcher.driver_cpus")
     return None
 
 

@@ -201,6 +201,9 @@ def test_one_key_given_twice_by_two_spellings_is_refused(kwargs, match):
     ("ray.num_workers=0", "ray.num_workers"),
     ("ray.num_cpus_per_worker=-1", "num_cpus_per_worker"),
     ("ray.num_gpus_per_worker=-1", "num_gpus_per_worker"),
+    # Ray refused these once it had started and the data had loaded, naming its num_cpus, not the key
+    ("ray.num_cpus_per_worker=0.00005", r"ray.num_cpus_per_worker=5e-05 is below 0.0001, the smallest share Ray"),
+    ("ray.num_gpus_per_worker=1e-5", r"ray.num_gpus_per_worker=1e-05 is below 0.0001"),
     ("ray.call_timeout_s=0", r"ray.call_timeout_s must be a positive number of seconds or null "
                              r"\(wait for ever\), got 0"),
     ("ray.call_timeout_s=inf", "ray.call_timeout_s"),
@@ -569,10 +572,13 @@ def test_the_api_takes_numpy_numbers_as_the_python_numbers_they_hold():
 
 
 def test_a_results_dir_that_is_a_file_is_refused_before_any_work(tmp_path):
-    """It ended in NotADirectoryError when the run made its folder."""
+    """It ended in NotADirectoryError when the run made its folder; so did a folder to be made in a file."""
     (tmp_path / "runs").write_text("")
-    with pytest.raises(ConfigError, match=r"results.dir=.*runs is a file: name a folder"):
+    with pytest.raises(ConfigError, match=r"results.dir=.*runs: .*runs is a file: name a folder"):
         validate(fl.compose([f"results.dir={tmp_path / 'runs'}"]))
+    with pytest.raises(ConfigError, match=f"results.dir=.*deeper: {tmp_path / 'runs'} is a file: name a folder"):
+        validate(fl.compose([f"results.dir={tmp_path / 'runs' / 'a' / 'deeper'}"]))
+    validate(fl.compose([f"results.dir={tmp_path / 'new' / 'a'}"]))  # folders still to be made are fine
 
 
 SWITCHES = ["fl.eval_overlap", "dataset.download", "compression.client", "compression.server",
@@ -626,6 +632,16 @@ def test_a_config_given_as_the_dataclass_refuses_a_number_other_than_0_or_1_give
     with pytest.raises(ConfigError, match="^compression.client is a switch: true or false, got 2$"):
         validate(Config(compression=CompressionConfig(client=2)))
     assert validate(Config(compression=CompressionConfig(client=0))).compression.client is False
+
+
+def test_a_config_given_as_the_dataclass_names_a_wrong_field_with_its_section():
+    """It said 'clip: ...', which could be secagg.clip or compression.options.clip."""
+    from fl.config import Config, FLConfig, SecAggConfig
+
+    with pytest.raises(ConfigError, match="^secagg.clip: Value 'x' of type 'str' could not be converted to Float"):
+        validate(Config(secagg=SecAggConfig(clip="x")))
+    with pytest.raises(ConfigError, match="^fl.rounds: Value '2.5'"):
+        validate(Config(fl=FLConfig(rounds=2.5)))
 
 
 @pytest.mark.parametrize("name,text,bad", [

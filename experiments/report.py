@@ -14,6 +14,7 @@ topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, accuracy_vs_
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
 from pathlib import Path
@@ -22,7 +23,8 @@ import numpy as np
 import pandas as pd
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL
-from fl.results import COLUMNS, ID_COLUMNS, finished, read_rows, unread_index_keys
+import compression
+from fl.results import COLUMNS, ID_COLUMNS, codec_options_set, finished, read_rows, unread_index_keys
 from experiments.args import accuracy, summary
 from experiments.outputs import check_target, command_line, number_range, together
 from experiments import hosts, report_plots
@@ -166,12 +168,28 @@ def config_settings(config: Path) -> dict[str, str]:
     if not config.exists():
         return {}
     cfg = _config(config)
+    codec = cfg.get("compression", {})
+    if isinstance(codec.get("options"), dict):
+        codec["options"] = codec_options(codec.get("name"), codec["options"])
     settings = dict(flat(cfg))
     for key in unread_index_keys(cfg):
         settings.pop(f"compression.{key}", None)
     if settings.get("compression.sketch_quant_bits") == settings.get("secagg.quant_bits"):
         settings["compression.sketch_quant_bits"] = "null"  # the summary at the values' bits: the default
     return settings
+
+
+def codec_options(name: str, options: dict) -> dict:
+    """Every option the codec takes, at the value the run used: one left to the codec and one given at its default
+    read alike, so runs that differ in an option given to some only are told apart. `seed` is as given (left out,
+    the run's seed stands in); an option at a whole number reads as an int (16 and 16.0 alike)."""
+    if name not in compression.names():
+        return options
+    params = inspect.signature(compression.get(name)).parameters
+    taken = {k: p.default for k, p in params.items()
+             if k not in ("ratio", "layout", "seed") and p.default is not inspect.Parameter.empty}
+    given = {**taken, **codec_options_set(name, options)}
+    return {k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in given.items()}
 
 
 def _joined(items) -> str:
@@ -185,21 +203,22 @@ def other_items(rows: pd.DataFrame, configs: dict[str, dict[str, str]]) -> dict[
     named on every run of the same data, model and length, so a setting run at one value of it only (alone in its
     pool) still says which; so is a key outside the codec and the masking in which runs of the same data, model
     and length differ (top-k run at another lr or dropout than its dense runs). A key a run's config.json lacks
-    (written before the key existed) reads as the value runs had before it (fl.results.NEUTRAL); one without such a
-    value, and any key of a run without a config.json, is not compared. Masking's keys are not named for unmasked
-    runs."""
+    (written before the key existed) reads as the value runs had before it (fl.results.NEUTRAL), and a codec option
+    as the codec's default (`codec_options`); one without such a value is not compared. A run without a config.json
+    is left out of the comparison and named by no key, so it pools only with runs named by none. Masking's keys are
+    not named for unmasked runs."""
     runs = _first_rows(rows).reset_index()
     configs = {r: {**BEFORE_KEYS, **c} if c else c for r, c in configs.items()}  # no config.json: nothing known
     found: dict[str, set[str]] = {}
     for _, g in runs.groupby([c for c in SETTING if c not in ("other", "env")] + ["length"], dropna=False):
-        cfgs = [configs.get(r, {}) for r in g["run_id"]]
+        cfgs = [c for r in g["run_id"] if (c := configs.get(r))] or [{}]  # runs with no config.json: unknown
         masked = g["secagg"].iloc[0] != "none"
         keys = {k for k in set.intersection(*(set(c) for c in cfgs))
                 if len({c[k] for c in cfgs}) > 1 and (masked or not _under(k, MASKING_ONLY))}
         found.update(dict.fromkeys(g["run_id"], keys))
     other = {}
     for _, g in runs.groupby(["dataset", "partition", "model", "length"], dropna=False):
-        cfgs = [configs.get(r, {}) for r in g["run_id"]]
+        cfgs = [c for r in g["run_id"] if (c := configs.get(r))] or [{}]
         apart = {k for k in set.intersection(*(set(c) for c in cfgs))
                  if len({c[k] for c in cfgs}) > 1 and not _under(k, CODEC)}
         keys = sorted(apart.union(*(found[r] for r in g["run_id"])))

@@ -207,6 +207,31 @@ def test_a_key_is_named_as_its_value_reads_and_only_among_runs_of_one_length(tmp
     assert sorted(csv["other"]) == ["", "", "fl.optimizer=adam", "fl.optimizer=sgd"] and "base" not in csv
 
 
+def test_a_codec_option_given_to_some_runs_only_is_named_and_one_given_at_its_default_pools(tmp_path):
+    """qsgd's levels given as 4 to one run and left to the codec (16) in another were pooled as seeds of one line,
+    the key being in one config.json only; given as 16 (or 16.0) it is the default and pools with the run that left
+    it out."""
+    qsgd = dict(compression="qsgd", error_feedback=False)
+    for name, seed, options in (("a", 0, {"levels": 4}), ("b", 1, {}), ("c", 2, {"levels": 16.0})):
+        config = _config()
+        config["compression"] |= {"name": "qsgd", "options": options}
+        _write_run(tmp_path, name, _rows(name, seed, **qsgd), {**config, "seed": seed})
+    t = _table(tmp_path)
+    assert sorted(zip(t["other"], t["seeds"])) == [("compression.options.levels=16", 2),
+                                                    ("compression.options.levels=4", 1)]
+
+
+def test_a_run_without_a_config_is_left_out_of_the_comparison_not_all_keys(tmp_path):
+    """An old run with no config.json emptied the keys compared: runs at lr 0.1 and 0.05 and the old one were pooled
+    as three seeds of one line. Now the two are named apart, and the old one, named by nothing, stands alone."""
+    _write_run(tmp_path, "a", _rows("a", 0), _config(lr=0.1))
+    _write_run(tmp_path, "b", _rows("b", 1), _config(lr=0.05))
+    _write_run(tmp_path, "c", _rows("c", 2), _config(lr=0.1))
+    (tmp_path / "c" / "config.json").unlink()
+    t = _table(tmp_path)
+    assert sorted(zip(t["other"], t["seeds"])) == [("", 1), ("fl.lr=0.05", 1), ("fl.lr=0.1", 1)]
+
+
 def test_each_unfinished_run_is_listed_once_with_its_latest_error(tmp_path):
     """A run that crashed mid-way leaves rows and failed-*.txt files; one that failed before its first round
     only the latter: each is listed once."""

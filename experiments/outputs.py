@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -55,15 +56,24 @@ def check_target(md: Path, command: str, force: bool = False) -> None:
     if made is None:
         raise SystemExit(f"{md} exists and no command made it (it has no `Regenerate:` line): this would replace it "
                          "with a table. Write elsewhere with --out, or add --force")
-    if made.group(1) != command:
+    if _words(made.group(1)) != _words(command):
         raise SystemExit(f"{md} was made by `{made.group(1)}`, not `{command}`: this would replace that table with "
                          "another. Rerun its own command to regenerate it, write elsewhere with --out, or add --force")
 
 
+def _words(command: str) -> list[str]:
+    """A recorded command's words as a shell reads them (the line itself, if no shell could read it)."""
+    try:
+        return shlex.split(command)
+    except ValueError:
+        return [command]
+
+
 def command_line(module: str, argv) -> str:
-    """`python -m <module> <args>` as the table records it (without --force)."""
+    """`python -m <module> <args>` as the table records it (without --force), quoted as a shell (and
+    experiments.regenerate) reads it back: a folder with a space in its name is one word."""
     args = sys.argv[1:] if argv is None else list(argv)
-    return " ".join(["python -m " + module, *(a for a in args if a != "--force")])
+    return shlex.join(["python", "-m", module, *(a for a in args if a != "--force")])
 
 
 def number_range(values) -> str:

@@ -5,7 +5,8 @@
 
 Reads every `<dir>/**/rounds.csv` of a finished run (one with a done.json beside it that matches its rows); runs
 that have rows but never finished are listed as incomplete, not silently dropped. `--label DIR=NAME` names the data of
-the runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`). `--link 10,50,50` adds
+the runs under DIR (e.g. the bundled digits written as MNIST files, whose rows say `mnist`; DIR ends at the last '='
+that leaves a reported folder, so either may hold one). `--link 10,50,50` adds
 the seconds a client would spend on the wire per round over a link of 10 Mbit/s up, 50 down and a 50 ms round trip
 (a model applied to the counted bytes and the round's exchanges, not a measurement). Writes under --out:
 topk_table.md / .csv, accuracy_vs_ratio.png, accuracy_vs_bytes.png, accuracy_vs_round.png, time_breakdown.png
@@ -368,11 +369,22 @@ def parse_link(text: str) -> tuple[float, float, float]:
 
 
 def parse_label(text: str) -> tuple[str, str]:
-    """'DIR=NAME' -> (DIR, NAME), both non-empty."""
+    """'DIR=NAME' -> (DIR, NAME), both non-empty, split at the first '=' (`label_folder` picks another where a
+    reported folder's name holds one)."""
     folder, _, name = text.partition("=")
     if not folder or not name:
         raise argparse.ArgumentTypeError(f"--label {text!r}: expected DIR=NAME")
     return folder, name
+
+
+def label_folder(label: tuple[str, str], reported: set[str]) -> tuple[str, str]:
+    """(DIR, NAME) split at the last '=' whose left side is a reported folder (`runs/alpha=0.1=Dirichlet`), so a
+    folder's name and a label may each hold one; the first '=' where none is (refused as not reported)."""
+    text = "=".join(label)
+    for cut in reversed([i for i, ch in enumerate(text) if ch == "="]):
+        if text[cut + 1:] and _folder(text[:cut]) in reported:
+            return text[:cut], text[cut + 1:]
+    return label
 
 
 def link_name(link: tuple[float, float, float]) -> str:
@@ -645,8 +657,8 @@ def main(argv=None) -> pd.DataFrame:
                          "(repeatable)")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
-    labels = dict(args.label)
     reported = {_folder(d) for d in args.dirs}
+    labels = dict(label_folder(label, reported) for label in args.label)
     unknown = sorted(k for k in labels if _folder(k) not in reported)
     if unknown:
         raise SystemExit(f"--label names a folder not reported: {', '.join(unknown)} (folders: {', '.join(args.dirs)})")

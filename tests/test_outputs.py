@@ -48,6 +48,12 @@ def test_a_table_made_by_another_command_is_not_replaced_unless_forced(tmp_path,
         check_target(notes, narrower)
     check_target(notes, narrower, force=True)
     assert command_line("experiments.report", ["runs", "--force"]) == "python -m experiments.report runs"
+    spaced = command_line("experiments.report", ["my runs", "--label", "my runs=it's"])
+    assert spaced == """python -m experiments.report 'my runs' --label 'my runs=it'"'"'s'"""
+    md.write_text(f"Regenerate: `{spaced}`\n")
+    check_target(md, spaced)
+    with pytest.raises(SystemExit, match="was made by"):
+        check_target(md, command_line("experiments.report", ["my", "runs", "--label", "my runs=it's"]))
 
 
 def test_the_recorded_command_of_a_script_run_from_the_shell_is_its_arguments_after_the_program(monkeypatch):

@@ -7,8 +7,9 @@ from experiments import regenerate, report
 
 @pytest.fixture
 def tables(tmp_path):
-    """A folder holding one report table made from a real two-round run, and a table an experiment made."""
-    runs = tmp_path / "runs"
+    """A folder holding one report table made from a real two-round run, and a table an experiment made. The runs'
+    folder has a space in its name: the recorded command quotes it, as the shell that regenerate reads it as does."""
+    runs = tmp_path / "my runs"
     fl.run(fl.compose(["backend=inline", "model=mlp_small", "fl.rounds=2", "secagg=none", f"results.dir={runs}"]))
     root = tmp_path / "results"
     report.main([str(runs), "--out", str(root / "digits")])

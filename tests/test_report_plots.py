@@ -738,6 +738,17 @@ def test_a_label_names_its_folder_however_spelt_and_one_for_a_folder_not_reporte
         report.main(["runs", "--label", "other=x", "--out", "out"])
 
 
+def test_a_label_may_name_a_folder_with_an_equals_sign_and_hold_one(tmp_path, monkeypatch):
+    """`--label runs/alpha=0.1=Dirichlet` was split at its first '=' and refused as naming folder runs/alpha."""
+    _write_run(tmp_path / "runs" / "alpha=0.1", "a", _rows("a", 0, 20, 0.7), _config())
+    _write_run(tmp_path / "other", "b", _rows("b", 0, 20, 0.7), _config())
+    monkeypatch.chdir(tmp_path)
+    report.main(["runs/alpha=0.1", "other", "--label", "runs/alpha=0.1=Dirichlet 0.1", "--label", "other=lr=0.1",
+                 "--out", "out"])
+    table = (tmp_path / "out" / "topk_table.md").read_text()
+    assert "| Dirichlet 0.1 (shards) |" in table and "| lr=0.1 (shards) |" in table
+
+
 def _two_dense_runs_at_two_dropout_rates(tmp_path):
     """Dense runs d0 (no dropouts, accuracy 0.8) and d5 (secagg.dropout=0.05, 0.7)."""
     for name, dropout, accuracy in (("d0", 0.0, 0.8), ("d5", 0.05, 0.7)):

@@ -17,8 +17,9 @@ def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/
     out = []
     for label, overrides in settings:
         for seed in seeds:
-            rows = run_when_free(fl.compose([*overrides, f"seed={seed}", f"backend={backend}",
-                                             f"results.dir={runs_dir}"]))
+            cfg = fl.compose([*overrides, f"seed={seed}", f"backend={backend}"])
+            cfg.results.dir = str(runs_dir)  # set, not an override: a folder's name may hold '=' or ','
+            rows = run_when_free(cfg)
             out.append({"setting": label, "seed": seed, "partition": rows["partition"].iloc[0],
                         "host": hosts.of(rows), "compression": rows["compression"].iloc[0],
                         "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],

@@ -57,9 +57,13 @@ def test_a_grid_line_holds_the_runs_byte_totals_and_the_median_round_after_the_f
     rows = pd.DataFrame({"partition": "iid", "env_cpu": "Xeon", "compression": "topk", "ratio": 0.1, "secagg": "none",
                          "index_policy": "per-client", "accuracy": [0.5, 0.9, 0.7], "bytes_up": [10, 20, 30],
                          "bytes_down": [100, 200, 300], "t_round": [50.0, 1.0, 3.0]})
-    monkeypatch.setattr(grid.fl, "compose", lambda overrides: overrides)
-    monkeypatch.setattr(grid, "run_when_free", lambda cfg: rows)
-    (line,) = grid.run_grid([("top-k", ["compression.ratio=0.1"])], [0]).to_dict("records")
+    from omegaconf import OmegaConf
+
+    folders = []
+    monkeypatch.setattr(grid.fl, "compose", lambda overrides: OmegaConf.create({"results": {"dir": "results/runs"}}))
+    monkeypatch.setattr(grid, "run_when_free", lambda cfg: folders.append(cfg.results.dir) or rows)
+    (line,) = grid.run_grid([("top-k", ["compression.ratio=0.1"])], [0], runs_dir="runs/alpha=0.1,b").to_dict("records")
+    assert folders == ["runs/alpha=0.1,b"]  # as given: an override would not parse it
     # the final accuracy, not the best
     assert (line["accuracy"], line["bytes_up"], line["bytes_down"], line["s_per_round"]) == (0.7, 60, 600, 2.0)
     assert line["host"] == "Xeon"

@@ -322,11 +322,14 @@ def _done_run_id(path: Path) -> str | None:
 
 def _hold(lock: Path) -> int | None:
     """This run folder's lock, taken (its descriptor; the caller removes the file, then closes it, as
-    `RunLog.release` does), or None while another process holds it."""
+    `RunLog.release` does), or None while another process holds it, or may: a lock file its holder removed between
+    our open and our lock (a run may have claimed a new one since, as `RunLog.claim` would)."""
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
+        if os.fstat(fd).st_ino != os.stat(lock).st_ino:
+            raise BlockingIOError
+    except (BlockingIOError, FileNotFoundError):
         os.close(fd)
         return None
     _say_holder(fd, "renaming the folder to its current hash")

@@ -156,6 +156,38 @@ def test_rehash_holds_a_folders_lock_while_it_rewrites_and_renames_so_a_run_star
     assert (tmp_path / new / "rounds.csv").read_text() == f"run_id,config_hash,round\nr0,{new},0\n"
 
 
+def test_rehash_does_not_take_a_lock_file_its_holder_removed_while_rehash_opened_it(tmp_path, monkeypatch):
+    """Run A lets go of the folder between rehash's open and its lock, and run B of the old hash claims the new lock
+    file and writes: rehash locked the removed file, rewrote B's rows under it and renamed the folder, so B's later
+    rows were lost. Now it leaves the folder, as one whose run holds it."""
+    from fl import results
+    from fl.results import LOCK_NAME, RunLog, rehash
+
+    cfg = as_dict(validate(fl.compose(["secagg=none", "model=mlp_small"])))
+    old = "0123456789ab"
+    (tmp_path / old).mkdir()
+    (tmp_path / old / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / old / "rounds.csv").write_text(f"run_id,config_hash,round\nr0,{old},0\n")
+    a, b, flock, fired = RunLog(tmp_path, old, "runA"), RunLog(tmp_path, old, "runB"), results.fcntl.flock, []
+    a.claim()
+
+    def racing(fd, op):  # rehash's lock, once: A releases and B claims in between its open and its lock
+        if not fired:
+            fired.append(fd)
+            a.release()
+            b.claim()
+        return flock(fd, op)
+
+    monkeypatch.setattr(results.fcntl, "flock", racing)
+    try:
+        assert rehash(tmp_path) == []
+    finally:
+        monkeypatch.setattr(results.fcntl, "flock", flock)
+        assert b._lock is not None and (tmp_path / old / LOCK_NAME).exists()
+        b.release()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [old]
+
+
 @pytest.mark.parametrize("workers", [None, 3])
 def test_a_killed_runs_config_is_kept_beside_its_rows_where_the_rerun_differs_outside_the_hash(tmp_path, workers):
     """The rerun replaced config.json: a killed run's ray.num_workers (outside the hash) was lost with it."""

@@ -50,7 +50,9 @@ def code_version(root: Path | None = None) -> str:
         commit = git("rev-parse", "--short=12", "HEAD")
         # a new source file counts too (a codec added as compression/<name>.py is new code); other new files (an
         # editor's swap file, notes, a run's lock), ignored ones (caches) and anything outside the code's paths do not
-        status = git("status", "--porcelain", "--untracked-files=all", "--", *CODE_PATHS).splitlines()
+        # -z: paths as they are (a name with a space or an accent is quoted otherwise, and ends in '"')
+        status = [e for e in git("status", "--porcelain", "-z", "--untracked-files=all", "--", *CODE_PATHS).split("\0")
+                  if e]
         changed = [line for line in status if not line.startswith("??") or line.endswith(SOURCE_SUFFIXES)]
         return commit + ("+modified" if changed else "")
     except (OSError, subprocess.SubprocessError):

@@ -62,6 +62,14 @@ def test_a_new_untracked_code_file_is_modified_code_but_an_ignored_one_is_not(ch
     assert environment.code_version(checkout) == commit + "+modified"
 
 
+@pytest.mark.parametrize("name", ["new codec.py", "codec_\u00e9.py"])
+def test_a_new_code_file_whose_name_git_quotes_is_modified_code(checkout, name):
+    """git status quotes a name with a space or an accent ("fl/new codec.py"): the line ended in a quote, not .py."""
+    commit = _git(checkout, "rev-parse", "HEAD")[:12]
+    (checkout / "fl" / name).write_text("y = 1\n")
+    assert environment.code_version(checkout) == commit + "+modified"
+
+
 def test_outside_a_checkout_it_is_the_package_version(tmp_path):
     assert re.fullmatch(r"fedsqueeze \S+|unknown", environment.code_version(tmp_path))
 

@@ -343,7 +343,8 @@ def _check_idx(name: str, path: str, original: str | None = None) -> None:
         if size != want:
             problem = f"{size} bytes where its header ({' x '.join(map(str, sizes))}) says {want}"
     if problem:
-        copy = f" (the copy of {original}: delete it to have it made again)" if original else ""
+        copy = (f" (the copy of {original}: delete it to have it made again; if the error stays, the original is at "
+                "fault)") if original else ""
         raise DatasetNotFoundError(f"dataset={name}: {path}{copy} is no IDX file its reader can take: {problem}")
 
 

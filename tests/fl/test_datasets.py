@@ -111,7 +111,8 @@ def test_a_cut_cached_copy_is_made_again_and_an_unreadable_copy_is_named(tmp_pat
     data[2] = 9  # the same size, another type code: refused, naming the copy and its original
     copy.write_bytes(bytes(data))
     with pytest.raises(DatasetNotFoundError, match=f"{copy} .the copy of {flat / 'train-images-idx3-ubyte.gz'}: "
-                                                   "delete it to have it made again. is no IDX file"):
+                                                   "delete it to have it made again; if the error stays, the "
+                                                   "original is at fault. is no IDX file"):
         load_dataset(cfg, 0)
 
 

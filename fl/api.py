@@ -70,6 +70,9 @@ def build_config(mask_protocol: str | None = "DHProtocol", compression_protocol:
         if key in ("secagg.name", "compression.name"):  # the switches choose these, with their presets
             switch = "mask_protocol" if key == "secagg.name" else "compression_protocol"
             raise ConfigError(f"{name}={value!r}: choose it with {switch}={value!r}")
+        if key in ("model.name", "dataset.name"):
+            raise ConfigError(f"{name}={value!r}: choose it with {key.split('.')[0]}={value!r} ({key} renames the "
+                              "chosen option and keeps its other keys)")
         if key in spelled:  # two spellings of one key: neither may silently win
             raise ConfigError(f"{key} is given twice, as {spelled[key]}={values[key]!r} and as {name}={value!r}: "
                               f"give it once")

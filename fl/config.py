@@ -171,12 +171,22 @@ def check_switch(key: str, value: Any) -> None:
 
 
 def check_switches(overrides: list[str]) -> None:
-    """check_switch for each `key=value` of a command line (Hydra's override syntax)."""
+    """check_switch for each `key=value` of a command line (Hydra's override syntax), and check_group_name."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
     for o in OverridesParser.create().parse_overrides(list(overrides)):
         if not o.is_delete():
             check_switch(o.key_or_group, o.value())
+            check_group_name(o.key_or_group, o.value())
+
+
+def check_group_name(key: str, value: Any) -> None:
+    """Refuses `model.name=` and `dataset.name=`: they rename the chosen option and keep its keys (mlp_large's widths
+    under the name mlp_small, digits' folders for mnist), where `model=` and `dataset=` choose the option whole."""
+    if key in ("model.name", "dataset.name"):
+        group = key.split(".")[0]
+        raise ConfigError(f"{key}={value}: choose it with {group}={value} ({key} renames the chosen {group} and "
+                          "keeps its other keys)")
 
 
 def _check_switches_in(tree) -> None:

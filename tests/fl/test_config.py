@@ -554,6 +554,18 @@ def test_the_api_points_a_protocol_group_chosen_by_name_to_its_switch(group, swi
             fl.build_config(**{switch: name}, **given)
 
 
+@pytest.mark.parametrize("key,name", [("model", "mlp_small"), ("dataset", "mnist")])
+def test_a_model_or_dataset_chosen_by_its_name_key_is_refused_naming_the_group(key, name):
+    """model.name=mlp_small ran mlp_large's widths under mlp_small's name; dataset.name=mnist kept digits' (no)
+    system folders."""
+    with pytest.raises(ConfigError, match=f"^{key}.name={name}: choose it with {key}={name} "):
+        fl.compose([f"{key}.name={name}"])
+    for given in ({key: {"name": name}}, {f"{key}.name": name}):
+        with pytest.raises(ConfigError, match=f"^{key}.name='{name}': choose it with {key}='{name}' "):
+            fl.build_config(**given)
+    assert fl.build_config(**{key: name})[key].name == name
+
+
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (CONF_DIR / "experiment").glob("*.yaml")))
 def test_a_group_chosen_on_the_command_line_wins_over_the_presets_choice(preset):
     """`+experiment=topk_digits secagg=dh` ran unmasked: the preset set `secagg.name: none` over the group the

@@ -34,6 +34,7 @@ import torch
 
 import fl
 from experiments.args import ratio, summary
+from experiments.codec_bench import machine
 from experiments.outputs import check_target, command_line, table_file, together
 from compression.blocks import BlockEnergy
 from compression.exact_summary import EnergySummary, ExactSummary
@@ -230,6 +231,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     command = command_line("experiments.index_sets", argv)
     check_target(table_file(args.out, ".md"), command, args.force)
+    torch.set_num_threads(1)  # as a Ray worker trains: the figures then depend on the CPU, not its core count
     rows = pd.concat([measure(scheme, args.ratio, args.seed) for scheme in ("iid", "shards")])
     table = rows.pivot_table(index="selection", columns="partition", values=["relative_error", "movement_sent"],
                              aggfunc="mean", sort=False)
@@ -248,6 +250,8 @@ def main(argv=None):
              f"the rest waits in its residual). A shared rank-r subspace sends each client's update projected on it, "
              f"for the numbers named (a client sends k = {topk_count(107786, args.ratio):,} values at a shared set; "
              f"its summary cells are P's, the first exchange).", "",
+             f"Machine: {machine()}, torch {torch.__version__}, one thread (another CPU rounds the training's float "
+             "sums differently, which moves the figures).", "",
              "| selection | masked summary cells | error of the sum: IID | shards (2 classes) | movement sent: IID "
              "| shards |", "|---|---|---|---|---|---|"]
     for name, r in table.iterrows():

@@ -21,6 +21,11 @@ def positive_int(text: str) -> int:
     return _number(text, int, lambda v: v >= 1, "an integer >= 1")
 
 
+def seed_number(text: str) -> int:
+    """A seed in [0, 2**32) (numpy's and torch's, as fl.config's `seed`)."""
+    return _number(text, int, lambda v: 0 <= v < 2**32, "a seed in [0, 2**32)")
+
+
 def share(text: str) -> float:
     """A number in [0, 1) (a dropout rate: a client vanishing at every step would only ever abort)."""
     return _number(text, float, lambda v: 0 <= v < 1, "a number in [0, 1)")
@@ -29,6 +34,12 @@ def share(text: str) -> float:
 def ratio(text: str) -> float:
     """A compression ratio in (0, 1] (the share of entries a sparsifier keeps)."""
     return _number(text, float, lambda v: 0 < v <= 1, "a ratio in (0, 1]")
+
+
+def sparse_ratio(text: str) -> float:
+    """A ratio in (0, 1) for a grid of sparsifiers beside their dense baseline: at 1 top-k is run as the dense
+    baseline itself (fl.config's `compression=none`), read twice."""
+    return _number(text, float, lambda v: 0 < v < 1, "a ratio in (0, 1) (at 1 a sparsifier is the dense baseline)")
 
 
 def accuracy(text: str) -> float:

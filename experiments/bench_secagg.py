@@ -29,7 +29,7 @@ import pandas as pd
 from cryptography import __version__ as cryptography_version
 
 import secagg
-from experiments.args import each_once, positive, positive_int, share, summary
+from experiments.args import each_once, positive, positive_int, seed_number, share, summary
 from experiments.outputs import check_target, command_line, table_file, together
 from fl import wire
 from fl.environment import cpu_model
@@ -314,7 +314,7 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--lengths", type=positive_int, nargs="+", default=[10_000, 1_000_000])
     ap.add_argument("--dropouts", type=share, nargs="+", default=[0.0, 0.1])
     ap.add_argument("--budget", type=positive, default=240.0, help="seconds a full simulation of one cell may take")
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=seed_number, default=0)
     ap.add_argument("--repeats", type=positive_int, default=3, help="representative-client runs per cell (median)")
     ap.add_argument("--out", default="results/bench_secagg")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.args import each_once, ratio, summary
+from experiments.args import each_once, sparse_ratio, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line, table_file
 
@@ -39,7 +39,7 @@ def settings(partitions, ratio):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--partitions", nargs="+", default=["iid", "shards"])
-    ap.add_argument("--ratio", type=ratio, default=0.01)
+    ap.add_argument("--ratio", type=sparse_ratio, default=0.01)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir", default="results/fmnist/block_runs")

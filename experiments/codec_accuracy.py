@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 
 import compression
-from experiments.args import each_once, ratio, summary
+from experiments.args import each_once, sparse_ratio, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line, number_range, table_file
 
@@ -59,7 +59,7 @@ def settings(ratio, base=()):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--preset", choices=sorted(PRESETS), default="digits")
-    ap.add_argument("--ratio", type=ratio, default=0.01)
+    ap.add_argument("--ratio", type=sparse_ratio, default=0.01)
     ap.add_argument("--seeds", type=int, nargs="+")
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir")

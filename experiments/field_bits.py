@@ -16,7 +16,7 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from experiments.args import each_once, ratio, summary
+from experiments.args import each_once, sparse_ratio, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line, table_file
 
@@ -67,11 +67,11 @@ def paired_gaps(runs: pd.DataFrame, against: float | None = None) -> list[str]:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=summary(__doc__))
-    ap.add_argument("--ratios", type=ratio, nargs="+", default=[0.1, 0.01])
+    ap.add_argument("--ratios", type=sparse_ratio, nargs="+", default=[0.1, 0.01])
     ap.add_argument("--widths", type=int, nargs="+", default=[8, 12, 16, 24])
     ap.add_argument("--summary-bits", type=int, nargs="*", default=[],
                     help="also run each masked width with its summary quantized to these bits")
-    ap.add_argument("--against", type=ratio, default=None,
+    ap.add_argument("--against", type=sparse_ratio, default=None,
                     help="compare every masked setting with per-client top-k at this ratio (default: its own)")
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--backend", default="inline")

@@ -9,23 +9,32 @@ import pandas as pd
 import fl
 from experiments import hosts
 from experiments.outputs import table_file, together
-from fl.errors import RunInProgress
+from fl.config import validate
+from fl.errors import ConfigError, RunInProgress
 
 
 def run_grid(settings, seeds, backend: str = "inline", runs_dir: str = "results/runs") -> pd.DataFrame:
-    """settings: (label, overrides) pairs. One line per run: label, seed, what ran, final accuracy, bytes."""
-    out = []
+    """settings: (label, overrides) pairs. One line per run: label, seed, what ran, final accuracy, bytes. Every
+    cell's configuration is checked before any runs: one refused after others had run lost their time."""
+    cells = []
     for label, overrides in settings:
         for seed in seeds:
             cfg = fl.compose([*overrides, f"seed={seed}", f"backend={backend}"])
             cfg.results.dir = str(runs_dir)  # set, not an override: a folder's name may hold '=' or ','
-            rows = run_when_free(cfg)
-            out.append({"setting": label, "seed": seed, "partition": rows["partition"].iloc[0],
-                        "host": hosts.of(rows), "compression": rows["compression"].iloc[0],
-                        "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],
-                        "policy_ran": rows["index_policy"].iloc[0], "accuracy": rows["accuracy"].iloc[-1],
-                        "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum(),
-                        "s_per_round": rows["t_round"].iloc[1:].median() if len(rows) > 1 else rows["t_round"].iloc[0]})
+            try:
+                validate(cfg)
+            except ConfigError as err:
+                raise SystemExit(f"{label} (seed {seed}): configuration refused: {err}") from None
+            cells.append((label, seed, cfg))
+    out = []
+    for label, seed, cfg in cells:
+        rows = run_when_free(cfg)
+        out.append({"setting": label, "seed": seed, "partition": rows["partition"].iloc[0],
+                    "host": hosts.of(rows), "compression": rows["compression"].iloc[0],
+                    "ratio": rows["ratio"].iloc[0], "secagg": rows["secagg"].iloc[0],
+                    "policy_ran": rows["index_policy"].iloc[0], "accuracy": rows["accuracy"].iloc[-1],
+                    "bytes_up": rows["bytes_up"].sum(), "bytes_down": rows["bytes_down"].sum(),
+                    "s_per_round": rows["t_round"].iloc[1:].median() if len(rows) > 1 else rows["t_round"].iloc[0]})
     return pd.DataFrame(out)
 
 

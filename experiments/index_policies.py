@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.args import each_once, ratio, summary
+from experiments.args import each_once, sparse_ratio, summary
 from experiments.grid import run_grid, summarize, write
 from experiments.outputs import check_target, command_line, table_file
 
@@ -54,7 +54,7 @@ def settings(ratios, base=(), partitions=(None,)):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=summary(__doc__))
     ap.add_argument("--preset", choices=sorted(PRESETS), default="digits")
-    ap.add_argument("--ratios", type=ratio, nargs="+")
+    ap.add_argument("--ratios", type=sparse_ratio, nargs="+")
     ap.add_argument("--seeds", type=int, nargs="+")
     ap.add_argument("--backend", default="inline")
     ap.add_argument("--runs-dir")

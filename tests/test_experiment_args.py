@@ -22,8 +22,13 @@ from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes
     (bench_secagg.main, ["--sizes", "10", "10"], "--sizes: 10 given more than once"),  # a traceback after every cell
     (bench_secagg.main, ["--protocols", "dhx"], "--protocols dhx: unknown mask protocol 'dhx'"),
     (bench_secagg.main, ["--protocols", "dh", "DHProtocol"], "--protocols: dh given more than once"),  # an alias
-    (field_bits.main, ["--ratios", "0.1", "0"], "argument --ratios: '0': expected a ratio in (0, 1]"),  # after the
-    (block_sizes.main, ["--ratio", "1.5"], "argument --ratio: '1.5': expected a ratio in (0, 1]"),  # dense runs
+    (bench_secagg.main, ["--seed", "-1"], "argument --seed: '-1': expected a seed in [0, 2**32)"),  # blamed --protocols
+    (field_bits.main, ["--ratios", "0.1", "0"], "argument --ratios: '0': expected a ratio in (0, 1)"),  # after the
+    (block_sizes.main, ["--ratio", "1.5"], "argument --ratio: '1.5': expected a ratio in (0, 1)"),  # dense runs
+    # top-k at 1 is the dense baseline itself: the grid read one run as two settings, after every cell had run
+    (field_bits.main, ["--ratios", "1.0"], "argument --ratios: '1.0': expected a ratio in (0, 1) (at 1 a sparsifier"),
+    (index_policies.main, ["--ratios", "1"], "argument --ratios: '1': expected a ratio in (0, 1)"),
+    (codec_accuracy.main, ["--ratio", "1"], "argument --ratio: '1': expected a ratio in (0, 1)"),
     (index_sets.main, ["--ratio", "nan"], "argument --ratio: 'nan': expected a ratio in (0, 1]"),
     (bench_sim.main, ["--rounds", "0"], "argument --rounds: '0': expected an integer >= 1"),  # every cell skipped
     (bench_sim.main, ["--timeout", "0"], "argument --timeout: '0': expected an integer >= 1"),
@@ -70,8 +75,8 @@ def test_a_seed_given_twice_is_refused_not_counted_as_a_second_run(main, capsys,
     (field_bits.main, ["--summary-bits", "8", "8"], "--summary-bits: 8 given more than once"),
     (index_policies.main, ["--ratios", "0.01", "0.01"], "--ratios: 0.01 given more than once"),
     (block_sizes.main, ["--partitions", "iid", "shards", "iid"], "--partitions: iid given more than once"),
-    (index_policies.main, ["--ratios", "0.1", "0"], "argument --ratios: '0': expected a ratio in (0, 1]"),
-    (codec_accuracy.main, ["--ratio", "1.5"], "argument --ratio: '1.5': expected a ratio in (0, 1]"),
+    (index_policies.main, ["--ratios", "0.1", "0"], "argument --ratios: '0': expected a ratio in (0, 1)"),
+    (codec_accuracy.main, ["--ratio", "1.5"], "argument --ratio: '1.5': expected a ratio in (0, 1)"),
 ])
 def test_a_setting_given_twice_or_a_ratio_out_of_range_is_refused_before_any_run(main, argv, message, capsys, tmp_path,
                                                                                  monkeypatch):
@@ -84,10 +89,22 @@ def test_a_setting_given_twice_or_a_ratio_out_of_range_is_refused_before_any_run
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_grid_cell_its_configuration_refuses_stops_the_grid_before_any_cell_runs(monkeypatch, tmp_path):
+    """`field_bits --widths 30` trained the dense and per-client cells, then died in the first masked one: 10
+    clients of 30-bit values need a 34-bit field."""
+    monkeypatch.setattr(grid, "run_when_free", lambda cfg: pytest.fail("a cell ran"))
+    with pytest.raises(SystemExit, match=r"quant_bits 30 .* \(seed 0\): configuration refused: .*34-bit field"):
+        field_bits.main(["--ratios", "0.1", "--widths", "30", "--seeds", "0", "--runs-dir", str(tmp_path / "runs"),
+                         "--out", str(tmp_path / "t")])
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("parse,good,bad", [(args.positive_int, ("1", "25"), ("0", "-3", "2.5", "x")),
                                             (args.share, ("0", "0.1"), ("1", "1.5", "-0.1", "nan")),
                                             (args.positive, ("0.5", "240"), ("0", "-1", "inf", "nan")),
-                                            (args.ratio, ("0.001", "1"), ("0", "1.5", "-0.1", "nan"))])
+                                            (args.ratio, ("0.001", "1"), ("0", "1.5", "-0.1", "nan")),
+                                            (args.sparse_ratio, ("0.001", "0.5"), ("0", "1", "1.0", "nan")),
+                                            (args.seed_number, ("0", "4294967295"), ("-1", "4294967296", "1.5", "x"))])
 def test_the_shared_types_take_what_they_say_and_refuse_the_rest(parse, good, bad):
     for text in good:
         assert parse(text) == float(text)

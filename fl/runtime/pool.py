@@ -155,8 +155,14 @@ class RayPool:
             self._probed = True
 
     def initial_model(self, *args) -> dict:
-        """The run's initial model (fl.runtime.worker.Worker.initial_model), built by worker 0."""
-        return self._ray.get(self.workers[0].initial_model.remote(*args))
+        """The run's initial model (fl.runtime.worker.Worker.initial_model), built by worker 0; asked before
+        `attach`, so a warm pool's worker 0 that died between cells is replaced here."""
+        try:
+            return self._ray.get(self.workers[0].initial_model.remote(*args))
+        except self._ray.exceptions.RayActorError:
+            self.dead.add(0)
+            self.replace_dead()
+            return self._ray.get(self.workers[0].initial_model.remote(*args))
 
     def _share_replies(self) -> None:
         """Workers on this machine reply through shared memory (fl.runtime.transport); any other through Ray."""
@@ -194,9 +200,11 @@ class RayPool:
         return self._gather({w: self.workers[w].evaluate.remote(*args) for w, args in args_per_worker.items()})
 
     def _gather(self, refs: dict) -> dict[int, object]:
+        killed = []
         if self.timeout is not None:
             late = set(self._ray.wait(list(refs.values()), num_returns=len(refs), timeout=self.timeout)[1])
-            for w in [w for w, ref in refs.items() if ref in late]:
+            killed = [w for w, ref in refs.items() if ref in late]
+            for w in killed:
                 self._kill_hung(w)
         try:  # one wait for all the replies: the driver wakes once, when the slowest worker answers
             out = dict(zip(refs, self._ray.get(list(refs.values()))))
@@ -208,6 +216,8 @@ class RayPool:
                 except self._ray.exceptions.RayActorError:
                     self.dead.add(w)
                     out[w] = None
+        for w in killed:  # a reply that landed as its worker was being killed is not used: it is dead all the same
+            out[w] = None
         return out
 
     def stream(self, step, args_per_worker: dict[int, tuple], chunk_bytes: int = CHUNK_BYTES,
@@ -224,6 +234,8 @@ class RayPool:
             while True:
                 if self.timeout is not None and not self._ray.wait([generator], timeout=self.timeout)[0]:
                     self._kill_hung(w)
+                    yield None  # whatever it sends as it is killed is not used
+                    return
                 ref = next(generator, None)
                 if ref is None:
                     return
@@ -234,10 +246,12 @@ class RayPool:
 
     def _kill_hung(self, w: int) -> None:
         """A worker silent for `timeout` seconds is killed, so that a hang (a deadlock, a stalled file system)
-        costs its clients this round rather than the run; the next `revive` replaces it."""
+        costs its clients this round rather than the run; the next `revive` replaces it. Marked dead here: a reply
+        that lands while `ray.kill` (asynchronous) takes effect would otherwise leave a dead actor in the pool."""
         tqdm.write(f"fedsqueeze: worker {w} sent nothing for {self.timeout:g} s (ray.call_timeout_s): killed; its "
                    "clients that have not answered count as dropped this round, and it is replaced")
         self._ray.kill(self.workers[w], no_restart=True)
+        self.dead.add(w)
         if w in self._shared:  # gone before the driver removes its reply buffer, which it could still be writing
             _wait_exited([self._shared[w]])
 

@@ -179,6 +179,45 @@ def test_a_worker_silent_past_the_call_timeout_is_killed_its_clients_dropped_and
         pool.close()
 
 
+class _LateRay:
+    """Ray, but each wait reports the replies late once they have landed: a reply that arrives while the driver,
+    its timeout past, kills the worker (`ray.kill` is asynchronous)."""
+
+    def __init__(self, ray):
+        self._real = ray
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        self._real.wait(refs, num_returns=len(refs))
+        return [], list(refs)
+
+
+def test_a_worker_killed_as_hung_whose_reply_lands_as_it_is_killed_is_dead_and_its_reply_unused(ray_session):
+    """Its reply was used and the worker, killed, was not marked dead: its clients were dropped a round late, and a
+    kill in the last round was never replaced or reported."""
+    from fl.runtime.pool import RayPool
+
+    def step(worker, seconds, t):  # defined here, so Ray ships it by value
+        time.sleep(seconds)
+        yield from ()
+
+    data, plan = _digits_plan()
+    pool = RayPool("cpu", 2, 1.0, 0.0, timeout=1.0)
+    try:
+        pool.attach(data, plan)
+        pool._ray = _LateRay(ray_session)
+        assert pool.call(step, {0: (0,)}) == {0: None} and pool.dead == {0}
+        assert list(pool.stream(step, {1: (0,)})[1]) == [None] and pool.dead == {0, 1}
+        pool._ray = ray_session
+        assert pool.revive() == [0, 1]
+        assert pool.call(step, {0: (0,), 1: (0,)}) == {0: ([], {}), 1: ([], {})}
+    finally:
+        pool._ray = ray_session
+        pool.close()
+
+
 def test_a_fresh_worker_started_mid_round_for_an_evaluation_is_not_timed_while_it_starts(ray_session):
     """ray.num_workers=1 and its worker hung while evaluating: it is killed, and the fresh one that takes its batches
     must not be killed too for its start-up (torch's import, the data), longer than the call timeout here: the run
@@ -247,9 +286,11 @@ def test_a_pool_asking_for_gpus_a_ray_without_any_is_told_to_ask_for_none():
     assert "lower ray.num_workers" not in str(refusal.value)
 
 
-def test_a_worker_that_died_between_two_cells_is_replaced_when_the_pool_is_attached_again(ray_session):
+@pytest.mark.parametrize("dead", [0, 1])
+def test_a_worker_that_died_between_two_cells_is_replaced_when_the_pool_is_attached_again(ray_session, dead):
     """A warm pool reused by the next cell: the death was seen only at attach, which raised ActorDiedError and
-    failed the cell."""
+    failed the cell; worker 0 is asked for the cell's initial model before attach, which failed it the same way."""
+    from fl.plan import model_section
     from fl.runtime.pool import RayPool
     from fl.server import Broadcaster
 
@@ -258,9 +299,12 @@ def test_a_worker_that_died_between_two_cells_is_replaced_when_the_pool_is_attac
     pool = RayPool("cpu", 2, 1.0, 0.0)
     try:
         pool.attach(data, plan)
-        _kill(ray_session, pool.workers[1])  # between the cells
+        _kill(ray_session, pool.workers[dead])  # between the cells
+        config = fl.compose(["model=mlp_small"])
+        initial = pool.initial_model(model_section(config), data.input_shape, data.num_classes, 0, "cpu")
+        assert tuple(initial["sizes"]) == plan.layer_sizes
         pool.attach(data, plan)  # the next cell
-        assert pool.dead == set() and set(pool._shared) == {0}  # the fresh worker 1 replies through Ray
+        assert pool.dead == set() and set(pool._shared) == {1 - dead}  # the fresh worker replies through Ray
         assert pool.revive() == []  # replaced before the new run's first round: its server has nothing to forget
         replies = pool.call(plain.client_round, {0: (broadcast, 0, [], None, {}), 1: (broadcast, 0, [], None, {})})
         assert replies[0] is not None and replies[1] is not None

@@ -153,8 +153,25 @@ def test_a_dead_ray_worker_answers_none_and_is_replaced(ray_session):
         pool.close()
 
 
+class _LateRay:
+    """Ray, but each wait reports the replies late once they have landed: a reply that arrives while the driver,
+    its timeout past, kills the worker (`ray.kill` is asynchronous)."""
+
+    def __init__(self, ray):
+        self._real = ray
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+    def wait(self, refs, num_returns=1, timeout=None):
+        self._real.wait(refs, num_returns=len(refs))
+        return [], list(refs)
+
+
 def test_a_worker_silent_past_the_call_timeout_is_killed_its_clients_dropped_and_replaced(ray_session, capsys):
-    """A hung worker (here a step that sleeps) hung the whole run: the driver waited on it for ever."""
+    """A hung worker (here a step that sleeps) hung the whole run: the driver waited on it for ever. A reply that
+    lands as its worker is killed was used and the worker not marked dead: its clients were dropped a round late, and
+    a kill in the last round was never replaced or reported."""
     from fl.runtime.pool import RayPool
 
     def step(worker, seconds, t):  # defined here, so Ray ships it by value
@@ -175,38 +192,6 @@ def test_a_worker_silent_past_the_call_timeout_is_killed_its_clients_dropped_and
         assert list(streamed[0]) == [{}] and list(streamed[1]) == [None] and pool.dead == {1}
         assert pool.revive() == [1]
         assert pool.call(step, {0: (0,), 1: (0,)}) == {0: ([], {}), 1: ([], {})}
-    finally:
-        pool.close()
-
-
-class _LateRay:
-    """Ray, but each wait reports the replies late once they have landed: a reply that arrives while the driver,
-    its timeout past, kills the worker (`ray.kill` is asynchronous)."""
-
-    def __init__(self, ray):
-        self._real = ray
-
-    def __getattr__(self, name):
-        return getattr(self._real, name)
-
-    def wait(self, refs, num_returns=1, timeout=None):
-        self._real.wait(refs, num_returns=len(refs))
-        return [], list(refs)
-
-
-def test_a_worker_killed_as_hung_whose_reply_lands_as_it_is_killed_is_dead_and_its_reply_unused(ray_session):
-    """Its reply was used and the worker, killed, was not marked dead: its clients were dropped a round late, and a
-    kill in the last round was never replaced or reported."""
-    from fl.runtime.pool import RayPool
-
-    def step(worker, seconds, t):  # defined here, so Ray ships it by value
-        time.sleep(seconds)
-        yield from ()
-
-    data, plan = _digits_plan()
-    pool = RayPool("cpu", 2, 1.0, 0.0, timeout=1.0)
-    try:
-        pool.attach(data, plan)
         pool._ray = _LateRay(ray_session)
         assert pool.call(step, {0: (0,)}) == {0: None} and pool.dead == {0}
         assert list(pool.stream(step, {1: (0,)})[1]) == [None] and pool.dead == {0, 1}

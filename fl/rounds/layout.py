@@ -1,7 +1,8 @@
 """The masked vector's layout, owned in one place: [k weighted values at the shared index set | the FedAvg
 weight (in `fresh`'s first exchange a unit weight: its sum counts the clients) | table cells (a sketch, or a
 linear codec's table)], every part in fixed point in the field Z_{2^b}.
-Clients quantize the parts (in this order, from one generator), the server unpacks the masked sum.
+Clients quantize the parts from one generator (the weight first, then the values, then the table), the server
+unpacks the masked sum.
 
 Each part has quant_bits signed bits per client, so b = the narrowest width in which the cohort's sum cannot
 wrap (or secagg.bits). The weight needs WEIGHT_BITS of precision whatever quant_bits is: it travels as

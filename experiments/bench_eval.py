@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 import fl
-from experiments.args import positive_int, summary
+from experiments.args import each_once, positive_int, summary
 from experiments.codec_bench import machine
 from experiments.outputs import check_target, command_line, table_file, write_table
 from fl.data import load_dataset
@@ -76,6 +76,7 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--out", default="results/bench_eval")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    each_once(ap, "--models", args.models)
     command = command_line("experiments.bench_eval", argv)
     check_target(table_file(args.out, ".md"), command, args.force)
     torch.set_num_threads(1)  # as a Ray worker evaluates: one core each

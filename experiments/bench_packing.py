@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from compression import packing
-from experiments.args import positive_int, summary
+from experiments.args import each_once, positive_int, summary
 from experiments.codec_bench import machine
 from experiments.outputs import check_target, command_line, table_file, together
 
@@ -112,6 +112,7 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--out", default="results/bench_packing")
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
+    each_once(ap, "--lengths", args.lengths)
     command = command_line("experiments.bench_packing", argv)
     out = Path(args.out)
     check_target(table_file(out, ".md"), command, args.force)

@@ -204,7 +204,7 @@ class RunLog:
             self.done_path.rename(_untaken(self.dir, f"done.unmatched-{_done_run_id(self.done_path) or self.run_id}",
                                            ".json"))
         write_atomic(config, text)
-        self._file = open(self.path, "x", newline="")
+        self._file = open(self.path, "x", newline="", encoding="utf-8")  # as `finished` and `read_rows` read it
         self._writer = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="raise")
         self._writer.writeheader()
         self._file.flush()

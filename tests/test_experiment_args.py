@@ -5,7 +5,7 @@ import pytest
 
 import secagg
 
-from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes,
+from experiments import (args, bench_eval, bench_packing, bench_secagg, bench_sim, bench_sweep, block_sizes,
                          codec_accuracy, codec_bench, field_bits,
                          gpu_round, grid, index_policies, index_sets, report)
 
@@ -20,6 +20,8 @@ from experiments import (args, bench_secagg, bench_sim, bench_sweep, block_sizes
      "--dropouts 0.5: dh with 10 clients needs 6 survivors, so at most 4 of them (0.4) can drop"),
     (bench_secagg.main, ["--budget", "-1"], "argument --budget: '-1': expected a finite number > 0"),
     (bench_secagg.main, ["--sizes", "10", "10"], "--sizes: 10 given more than once"),  # a traceback after every cell
+    (bench_packing.main, ["--lengths", "100", "100"], "--lengths: 100 given more than once"),  # averaged twice
+    (bench_eval.main, ["--models", "lenet", "lenet"], "--models: lenet given more than once"),
     (bench_secagg.main, ["--protocols", "dhx"], "--protocols dhx: unknown mask protocol 'dhx'"),
     (bench_secagg.main, ["--protocols", "dh", "DHProtocol"], "--protocols: dh given more than once"),  # an alias
     (bench_secagg.main, ["--seed", "-1"], "argument --seed: '-1': expected a seed in [0, 2**32)"),  # blamed --protocols

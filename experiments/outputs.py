@@ -13,7 +13,8 @@ from pathlib import Path
 @contextmanager
 def together(*paths: Path):
     """Yields a temporary path for each of `paths` (same folder, same suffix, so a plot's format is kept); when
-    the block ends without an error each replaces its target (os.replace), else all are removed."""
+    the block ends without an error each is flushed to disk and replaces its target (os.replace), else all are
+    removed."""
     temps = [Path(p).with_name(f".{Path(p).stem}.partial-{os.getpid()}{Path(p).suffix}") for p in paths]
     try:
         yield temps
@@ -21,6 +22,9 @@ def together(*paths: Path):
         for temp in temps:
             temp.unlink(missing_ok=True)
         raise
+    for temp in temps:  # else a power loss may keep a rename and lose its file's text: an empty committed table
+        with open(temp, "rb") as f:
+            os.fsync(f.fileno())
     for temp, path in zip(temps, paths):
         os.replace(temp, path)
 

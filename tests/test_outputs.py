@@ -29,6 +29,21 @@ def test_the_files_are_replaced_once_all_are_written_and_keep_their_suffix(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["plot.png", "t.csv"]
 
 
+def test_every_file_is_on_disk_before_any_replaces_its_target(tmp_path, monkeypatch):
+    """The temporaries were renamed unflushed: after a power loss a table could be empty or cut short."""
+    import os
+
+    events, fsync, replace = [], os.fsync, os.replace
+    monkeypatch.setattr(os, "fsync", lambda fd: events.append(("fsync", os.fstat(fd).st_ino)) or fsync(fd))
+    monkeypatch.setattr(os, "replace", lambda a, b: events.append(("replace", str(a))) or replace(a, b))
+    with together(tmp_path / "t.csv", tmp_path / "t.md") as temps:
+        for temp in temps:
+            temp.write_text("x")
+    inodes = [(tmp_path / name).stat().st_ino for name in ("t.csv", "t.md")]
+    names = [str(t) for t in temps]
+    assert events == [("fsync", inodes[0]), ("fsync", inodes[1]), ("replace", names[0]), ("replace", names[1])]
+
+
 def test_a_table_made_by_another_command_is_not_replaced_unless_forced(tmp_path, capsys):
     """A narrower rerun (one seed, --quick) to a committed table's path replaced it silently."""
     from experiments.outputs import check_target, command_line

@@ -64,12 +64,30 @@ def code_version(root: Path | None = None) -> str:
             return "unknown"
 
 
-def usable_cpus() -> int:
-    """The cores this process may run on: a SLURM job's or a container's share, not the whole machine's."""
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> int | None:
+    """The whole cores a cgroup CPU quota allows (`docker --cpus=2.5`: 3), or None without a quota: a container's
+    quota throttles the process without narrowing its affinity mask. cgroup v2 (`cpu.max`) or v1 (`cpu.cfs_*`)."""
     try:
-        return len(os.sched_getaffinity(0))
+        line = (root / "cpu.max").read_text().split() if (root / "cpu.max").exists() else [
+            (root / "cpu" / "cpu.cfs_quota_us").read_text().strip(),
+            (root / "cpu" / "cpu.cfs_period_us").read_text().strip()]
+        quota, period = line[0], line[1]
+        if quota == "max" or int(quota) <= 0 or int(period) <= 0:
+            return None
+        return max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def usable_cpus() -> int:
+    """The cores this process may run on: a SLURM job's or a container's share (its affinity mask, and its cgroup
+    CPU quota if one is set), not the whole machine's."""
+    try:
+        cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # macOS has no affinity masks
-        return os.cpu_count() or 1
+        cores = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    return cores if quota is None else min(cores, quota)
 
 
 def describe(device: str, backend: str, workers: int, torch_version: str) -> dict:

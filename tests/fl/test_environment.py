@@ -110,3 +110,27 @@ def test_a_blank_line_before_the_first_processor_block_is_skipped(tmp_path):
     info = tmp_path / "cpuinfo"
     info.write_text("\nprocessor\t: 0\nmodel name\t: Intel Xeon\nflags\t\t: sse4_2\n\nprocessor\t: 1\n")
     assert environment.cpu_model(info) == "Intel Xeon (SSE4.2)"
+
+
+@pytest.mark.parametrize("files, cores", [
+    ({"cpu.max": "150000 100000\n"}, 2),  # v2, `docker --cpus=1.5`: two cores' worth of threads
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "300000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 3),  # v1
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "garbled\n"}, None),
+    ({}, None),
+])
+def test_a_containers_cpu_quota_is_read_from_its_cgroup(tmp_path, files, cores):
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert environment.cgroup_cpu_quota(tmp_path) == cores
+
+
+def test_a_cpu_quota_narrower_than_the_affinity_mask_sets_the_cores(monkeypatch):
+    """`docker --cpus=2` on a 64-core host leaves all 64 in the affinity mask: 64 workers would share 2 cores."""
+    monkeypatch.setattr(environment.os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(environment, "cgroup_cpu_quota", lambda: 2)
+    assert environment.usable_cpus() == 2
+    monkeypatch.setattr(environment, "cgroup_cpu_quota", lambda: None)
+    assert environment.usable_cpus() == 64

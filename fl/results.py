@@ -107,6 +107,8 @@ def config_hash(cfg_dict: dict) -> str:
             del what[group][key]
     for group, key in WHERE_KEYS:
         what.get(group, {}).pop(key, None)
+    if isinstance(what.get("device"), str):  # `cpu:0` is `cpu`; `cuda:1` computes what `cuda:0` does
+        what["device"] = what["device"].partition(":")[0]
     if not masks:
         for key in FIELD_KEYS:
             s.pop(key, None)

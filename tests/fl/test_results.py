@@ -22,6 +22,13 @@ def test_the_config_hash_ignores_backend_ray_and_results_and_sees_everything_els
                 _hash("dataset.partition=shards"), _hash("model=mlp_small")}) == 6
 
 
+def test_a_devices_index_leaves_the_hash_alone_but_its_kind_does_not():
+    """`device=cpu:0` computes what `cpu` does: a rerun under the other spelling finds the finished run."""
+    assert _hash("device=cpu:0") == _hash()
+    cuda = {**as_dict(validate(fl.compose(["secagg=none"]))), "device": "cuda"}  # composed without CUDA's check
+    assert config_hash(cuda) == config_hash({**cuda, "device": "cuda:1"}) != _hash()
+
+
 def test_shared_index_keys_leave_the_hash_of_a_run_without_masking_alone_and_name_a_masked_one():
     plain = _hash("compression.ratio=0.1")
     assert plain == _hash("compression.ratio=0.1", "compression.index_policy=sketch") \

@@ -444,6 +444,10 @@ def _check_fl(c) -> None:
     if f.straggler_policy not in STRAGGLER_POLICIES:
         raise ConfigError(f"unknown fl.straggler_policy {f.straggler_policy!r}; available: "
                           f"{', '.join(STRAGGLER_POLICIES)}")
+    if f.straggler_policy == "drop" and math.floor(f.stragglers * f.clients_per_round + 0.5) >= f.clients_per_round:
+        raise ConfigError(f"fl.stragglers={f.stragglers} of a {f.clients_per_round}-client cohort is every client, "
+                          f"and fl.straggler_policy=drop drops them all: no round would train anything. Need fewer "
+                          f"than {(f.clients_per_round - 0.5) / f.clients_per_round:g}, or straggler_policy=keep")
     if not 0 < f.server_lr < math.inf or not 0 <= f.server_momentum < 1:
         raise ConfigError(f"need 0 < fl.server_lr (finite) and 0 <= fl.server_momentum < 1, got {f.server_lr} and "
                           f"{f.server_momentum}")

@@ -122,14 +122,18 @@ def _run(tmp_path, *overrides):
 
 def test_dropped_stragglers_miss_the_round_plain(tmp_path):
     """fl.straggler_policy=drop (FedAvg in FedProx's experiments): the round's stragglers never send, and no worker
-    trains them short; with all of them stragglers the model never moves."""
+    trains them short; a fraction that makes every client of the cohort a straggler is refused (nothing would
+    train), 9 of 10 is not."""
     rows = _run(tmp_path, "secagg=none", "compression.ratio=0.1", "fl.stragglers=0.5", "fl.straggler_policy=drop")
     assert (rows["dropped"] == 5).all() and rows["accuracy"].nunique() > 1
-    still = _run(tmp_path, "secagg=none", "compression.ratio=0.1", "fl.stragglers=1.0", "fl.straggler_policy=drop")
-    assert (still["dropped"] == 10).all() and still["accuracy"].nunique() == 1
-    assert (still["bytes_up"] == 0).all()
-    _, _, [w] = attached_workers(["secagg=none", "fl.stragglers=1.0", "fl.straggler_policy=drop"])
+    _, _, [w] = attached_workers(["secagg=none", "fl.stragglers=0.5", "fl.straggler_policy=drop"])
     assert all(w.local_steps(cid, 0, len(w.parts[cid])) is None for cid in range(10))
+    for fraction in (0.95, 1.0):
+        with pytest.raises(ConfigError, match=rf"fl.stragglers={fraction} of a 10-client cohort is every client, "
+                           r"and fl.straggler_policy=drop drops them all: .* Need fewer than 0.95, or straggler_"):
+            validate(fl.compose(["secagg=none", f"fl.stragglers={fraction}", "fl.straggler_policy=drop"]))
+    validate(fl.compose(["secagg=none", "fl.stragglers=0.94", "fl.straggler_policy=drop"]))  # 9 of 10
+    validate(fl.compose(["secagg=none", "fl.stragglers=1.0"]))  # kept: every client trains part of its work
 
 
 def test_dropped_stragglers_under_masking_leave_the_sum_of_the_others(tmp_path):

@@ -58,8 +58,8 @@ class RandKCompression(Codec):
 
     Options:
       unbiased: False (default) sends the values as they are: biased, E[decode] = (k/n) v, so use
-                it with error feedback. True has the decoder scale them by n/k: E[decode] = v, at
-                n/k times the variance (the flag travels in the payload).
+                it with error feedback. True has the decoder scale them by n/k: E[decode] = v, with
+                variance (n/k - 1) v_i^2 per entry (the flag travels in the payload).
       seed:     0 (default) draws each payload's seed from (seed, the input's CRC-32) -- reproducible,
                 independent of the worker a client runs on; None draws it from OS entropy.
 

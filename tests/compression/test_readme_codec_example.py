@@ -34,9 +34,9 @@ def example(monkeypatch):
     return name, compression.get(name)
 
 
-def test_the_example_is_a_complete_file_under_40_lines():
+def test_the_example_is_a_complete_file_under_45_lines():
     source = example_source()
-    assert len(source.splitlines()) < 40
+    assert len(source.splitlines()) < 45
     assert source.count("register(") == 1 and "class " in source
 
 
@@ -73,6 +73,15 @@ def test_decoding_is_strict_and_encoding_refuses_nan(example):
         cls().decode(payload + b"\0", 10)
     with pytest.raises(ValueError, match="NaN or Inf"):
         cls().encode(np.array([1.0, np.inf]))
+    zero = cls().encode(np.zeros(1, np.float32))
+    assert zero == bytes([1, 0, 0, 0, 0, 0])  # the one encoding of [0.0]
+    with pytest.raises(DecodeError, match="sign bit set on a zero scale"):
+        cls().decode(zero[:-1] + b"\x01", 1)
+    with pytest.raises(DecodeError, match=r"scale -0.0, expected a finite value >= 0 \(not -0.0\)"):
+        cls().decode(zero[:1] + np.float32(-0.0).tobytes() + zero[5:], 1)
+    # a mean magnitude below float32's smallest subnormal is a zero scale: no sign bit goes out with it
+    tiny = cls().encode(np.array([-1e-45, 0, 0, 0], np.float32))
+    assert tiny == bytes([1, 0, 0, 0, 0, 0]) and cls().decode(tiny, 4).tolist() == [0.0] * 4
 
 
 def test_error_feedback_loses_nothing(example):

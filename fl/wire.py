@@ -68,22 +68,29 @@ def _parse(cls, data: bytes, what: str, limit: int | None = None):
         msg.ParseFromString(data)
     except _ProtobufDecodeError as err:
         raise WireError(f"{what}: malformed protobuf ({err})") from None
+    unknown = _unknown_fields(msg)  # protobuf keeps fields it does not know aside, silently
+    wrong = [f"{number} ({name})" for number, name in unknown if name]
+    if wrong:  # before the version: a version sent with another wire type reads as version 0
+        raise WireError(f"{what}: fields {', '.join(wrong)} came with a wire type other than their own")
     if msg.version != VERSION:
         raise WireError(f"{what}: wire version {msg.version}, expected {VERSION}")
-    unknown = _unknown_fields(msg)  # protobuf keeps fields it does not know aside, silently
     if unknown:
-        raise WireError(f"{what}: fields {unknown} are not in wire version {VERSION}")
+        raise WireError(f"{what}: fields {[number for number, _ in unknown]} are not in wire version {VERSION}")
     return msg
 
 
-def _unknown_fields(msg) -> list[int]:
-    """Field numbers the parser kept aside in `msg` or the messages nested in it, sorted."""
-    numbers = {field.field_number for field in unknown_field_set(msg)}
+def _unknown_fields(msg) -> list[tuple[int, str | None]]:
+    """The fields the parser kept aside in `msg` or the messages nested in it, sorted: (number, None) for a
+    number the message does not have; (number, its name) for one it has, sent with another wire type (protobuf
+    sets it aside alike)."""
+    known = msg.DESCRIPTOR.fields_by_number
+    found = {(f.field_number, known[f.field_number].name if f.field_number in known else None)
+             for f in unknown_field_set(msg)}
     for field in _message_fields(msg.DESCRIPTOR):  # not ListFields: it would copy every bytes field
         value = getattr(msg, field.name)
         for nested in (value if field.is_repeated else [value]):
-            numbers.update(_unknown_fields(nested))
-    return sorted(numbers)
+            found.update(_unknown_fields(nested))
+    return sorted(found, key=lambda f: (f[0], f[1] or ""))
 
 
 @functools.cache

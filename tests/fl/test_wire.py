@@ -159,6 +159,23 @@ def test_a_field_unknown_inside_a_roster_entry_is_refused_too():
         wire.decode_roster(roster(entry.SerializeToString() + b"\x28\x01"))  # field 5, varint 1
 
 
+def test_a_known_field_sent_with_another_wire_type_is_named_as_such_not_as_unknown():
+    """protobuf sets a known field that came with another wire type aside with the unknown ones: it is in this
+    version, so "not in wire version 2" would send a reader looking for a version mismatch."""
+    body = wire.pb.AdvertiseKeys(version=wire.VERSION, client_id=7, cipher_public_key=b"c" * 32,
+                                 mask_public_key=b"k" * 32).SerializeToString()
+    with pytest.raises(wire.WireError, match=r"advertise-keys message: fields 2 \(session\) came with a wire type "
+                       r"other than their own"):
+        wire.decode_advertise(_sealed(body + b"\x10\x05"))  # field 2 (bytes) as a varint
+    with pytest.raises(wire.WireError, match=r"fields 1 \(version\) came with a wire type"):
+        wire.decode_advertise(_sealed(b"\x0a\x01\x02" + body[2:]))  # the version as bytes, not a varint
+    entry = wire.pb.KeyRoster.Entry(client_id=1, cipher_public_key=b"a" * 32, mask_public_key=b"b" * 32)
+    nested = entry.SerializeToString() + b"\x15\x01\x00\x00\x00"  # field 2 (bytes) as fixed32, in an entry
+    head = wire.pb.KeyRoster(version=wire.VERSION, session=b"s" * 32).SerializeToString()
+    with pytest.raises(wire.WireError, match=r"key roster: fields 2 \(cipher_public_key\) came with a wire type"):
+        wire.decode_roster(_sealed(head + b"\x1a" + bytes([len(nested)]) + nested))
+
+
 @pytest.mark.parametrize("decode,match", [
     (lambda: wire.decode_round_index(wire.encode_round_index(b"a" * 32, np.arange(5), 100), b"a" * 32, 101, 5),
      "5 of 100 positions, expected 5 of 101"),

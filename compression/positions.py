@@ -192,10 +192,11 @@ def decode_positions(block: bytes, n: int, k: int) -> np.ndarray:
     if len(block) < 1:
         raise DecodeError("position block truncated: no encoding byte")
     if block[0] >= len(ENCODING_NAMES):
-        raise DecodeError(f"unknown topk position encoding {block[0]}")
+        raise DecodeError(f"unknown position block encoding {block[0]}")
     if not 1 <= k <= n:
-        raise DecodeError(f"topk k={k} out of range [1, {n}]")
-    positions, size = unpack_positions(block[0], np.frombuffer(block, dtype=np.uint8, offset=1), n, k)
+        raise DecodeError(f"position block k={k} out of range [1, {n}]")
+    positions, size = unpack_positions(block[0], np.frombuffer(block, dtype=np.uint8, offset=1), n, k,
+                                       "position block")
     if len(block) != 1 + size:
         raise DecodeError(f"position block has trailing bytes: expected {1 + size} bytes, got {len(block)}")
     return positions

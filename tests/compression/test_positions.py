@@ -184,9 +184,11 @@ def test_uint16_rejects_bad_counts_and_offsets():
 
 def test_decode_positions_rejects_unknown_encoding_bad_k_and_trailing_bytes():
     block = encode_positions(np.array([1, 5]), 100)
-    with pytest.raises(DecodeError, match="unknown topk position encoding 4"):
+    with pytest.raises(DecodeError, match="unknown position block encoding 4"):  # a shared set, not a topk payload
         decode_positions(bytes([4]) + block[1:], 100, 2)
-    with pytest.raises(DecodeError, match="k=0 out of range"):
+    with pytest.raises(DecodeError, match="position block index 100 out of range for length 100"):
+        decode_positions(encode_positions(np.array([1, 100]), 101), 100, 2)
+    with pytest.raises(DecodeError, match="position block k=0 out of range"):
         decode_positions(block, 100, 0)
     with pytest.raises(DecodeError, match="trailing bytes"):
         decode_positions(block + b"\x00", 100, 2)

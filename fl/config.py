@@ -20,6 +20,7 @@ import compression
 import secagg
 from compression.index_policy import POLICIES as INDEX_POLICIES
 from compression.index_policy import SUMMARIES
+from fl import seeds
 from fl.data import DATASETS, INPUT_SHAPES, check_files
 from fl.partitions import PARTITIONS
 from fl.errors import ConfigError
@@ -444,7 +445,7 @@ def _check_fl(c) -> None:
     if f.straggler_policy not in STRAGGLER_POLICIES:
         raise ConfigError(f"unknown fl.straggler_policy {f.straggler_policy!r}; available: "
                           f"{', '.join(STRAGGLER_POLICIES)}")
-    if f.straggler_policy == "drop" and math.floor(f.stragglers * f.clients_per_round + 0.5) >= f.clients_per_round:
+    if f.straggler_policy == "drop" and seeds.straggler_count(f.stragglers, f.clients_per_round) >= f.clients_per_round:
         raise ConfigError(f"fl.stragglers={f.stragglers} of a {f.clients_per_round}-client cohort is every client, "
                           f"and fl.straggler_policy=drop drops them all: no round would train anything. Need fewer "
                           f"than {(f.clients_per_round - 0.5) / f.clients_per_round:g}, or straggler_policy=keep")

@@ -1,7 +1,8 @@
 """Seeds derived from (root seed, round, client id), so results do not depend on workers or scheduling."""
-import math
-
 import numpy as np
+
+from compression.base import decimal
+from compression.index_policy import round_half
 
 
 def client_seed(root: int, round: int, client_id: int) -> int:
@@ -16,10 +17,16 @@ def cohort(root: int, round: int, num_clients: int, clients_per_round: int) -> l
     return sorted(int(c) for c in rng.choice(num_clients, size=clients_per_round, replace=False))
 
 
+def straggler_count(fraction: float, cohort_size: int) -> int:
+    """`fraction` of a cohort to the nearest client, half up, the fraction read as the decimal it prints as (in
+    binary 0.29 * 50 is 14.499999999999998, where 14.5 rounds to 15)."""
+    return round_half(decimal(fraction) * cohort_size)
+
+
 def stragglers(root: int, round: int, cohort: list[int], fraction: float) -> frozenset[int]:
-    """The round's stragglers: `fraction` of its cohort (to the nearest client, half up), drawn from (root,
-    round) alone, so every worker names the same ones for the clients it trains."""
-    count = math.floor(fraction * len(cohort) + 0.5)
+    """The round's stragglers: `straggler_count` of its cohort, drawn from (root, round) alone, so every worker
+    names the same ones for the clients it trains."""
+    count = straggler_count(fraction, len(cohort))
     if count == 0:
         return frozenset()
     rng = np.random.default_rng(np.random.SeedSequence([int(root), int(round), 11]))

@@ -14,7 +14,8 @@ from fl.training import SGD, train_local
 
 
 @pytest.mark.parametrize("fraction,size,count", [(0.0, 10, 0), (0.04, 10, 0), (0.05, 10, 1), (0.5, 10, 5),
-                                                 (0.9, 10, 9), (1.0, 10, 10), (0.5, 7, 4), (0.3, 20, 6)])
+                                                 (0.9, 10, 9), (1.0, 10, 10), (0.5, 7, 4), (0.3, 20, 6),
+                                                 (0.29, 50, 15), (0.7, 45, 32)])  # x.5 in decimal, below in binary
 def test_a_round_has_its_fraction_of_the_cohort_as_stragglers_the_same_on_every_call(fraction, size, count):
     cohort = seeds.cohort(0, 4, 100, size)
     chosen = seeds.stragglers(0, 4, cohort, fraction)

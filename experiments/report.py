@@ -25,7 +25,7 @@ import pandas as pd
 
 from fl.results import NEUTRAL as RESULTS_NEUTRAL
 import compression
-from fl.results import COLUMNS, ID_COLUMNS, codec_options_set, finished, read_rows, unread_index_keys
+from fl.results import COLUMNS, ID_COLUMNS, codec_options_set, finished, read_rows, run_id_of, unread_index_keys
 from experiments.args import accuracy, summary
 from experiments.outputs import check_target, command_line, number_range, together
 from experiments import hosts, report_plots
@@ -589,10 +589,23 @@ def markdown(t: pd.DataFrame, incomplete: list[Path], target: float, command: st
         lines += ["", "## Incomplete runs (rows without a done.json that matches them: crashed, killed, cut short or "
                   "still running)", ""]
         for p in incomplete:
-            # the latest attempt's error: an earlier one may have been fixed since
-            failed = sorted(p.parent.glob("failed-*.txt"), key=lambda f: (f.stat().st_mtime, f.name))
-            lines.append(f"- `{p}`" + (f": {failed[-1].read_text().strip()}" if failed else ""))
+            failure = failure_of(p)
+            lines.append(f"- `{p}`" + (f": {failure}" if failure else ""))
     return "\n".join(lines) + "\n"
+
+
+def failure_of(rows: Path) -> str | None:
+    """The error the run of these rows recorded (its own `failed-<run_id>.txt`: an earlier attempt's error in the
+    same folder is not this run's, which may have been killed or be running). Rows without a first row, or none
+    at all (a run that failed before its first round): the latest note written since, an earlier one may have
+    been fixed."""
+    run_id = run_id_of(rows) if rows.exists() else None
+    if run_id:
+        note = rows.parent / f"failed-{run_id}.txt"
+        return note.read_text().strip() if note.exists() else None
+    since = rows.stat().st_mtime if rows.exists() else -np.inf
+    notes = [f for f in rows.parent.glob("failed-*.txt") if f.stat().st_mtime >= since]
+    return max(notes, key=lambda f: (f.stat().st_mtime, f.name)).read_text().strip() if notes else None
 
 
 def _environments_compared(t: pd.DataFrame) -> str:

@@ -10,6 +10,7 @@ folder (two sweeps that share a cell) is refused instead of moving the first one
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import fcntl
 import hashlib
@@ -17,6 +18,7 @@ import inspect
 import io
 import json
 import os
+import signal
 import socket
 import time
 from pathlib import Path
@@ -196,10 +198,12 @@ class RunLog:
         config, text = self.dir / "config.json", json.dumps(cfg_dict, indent=2, sort_keys=True)
         kept = self.run_id
         if self.path.exists():  # a killed run: keep its rows under its own run id
-            kept = _run_id_of(self.path) or self.run_id
-            self.path.rename(_untaken(self.dir, f"rounds.incomplete-{kept}", ".csv"))
-            if config.exists() and config.read_bytes() != text.encode():  # its settings outside the hash, kept too
+            kept = run_id_of(self.path) or self.run_id
+            # its settings outside the hash, kept too: first, so a run killed between the two renames leaves the
+            # rows to set aside, not the config to overwrite
+            if config.exists() and config.read_bytes() != text.encode():
                 config.rename(_untaken(self.dir, f"config.incomplete-{kept}", ".json"))
+            self.path.rename(_untaken(self.dir, f"rounds.incomplete-{kept}", ".csv"))
         if (self.dir / MODEL_NAME).exists():  # killed after its last round, before done.json: kept with its rows
             (self.dir / MODEL_NAME).rename(_untaken(self.dir, f"model.incomplete-{kept}", ".npy"))
         if self.done_path.exists():  # a done.json whose rows are gone or do not match it: kept, never trusted
@@ -212,8 +216,9 @@ class RunLog:
         self._file.flush()
 
     def write(self, row: dict) -> None:
-        self._writer.writerow({k: row.get(k, "") for k in COLUMNS})
-        self.last_round = row.get("round")
+        with _interrupts_held():  # written and recorded together: an interrupt's handler never writes it twice
+            self._writer.writerow({k: row.get(k, "") for k in COLUMNS})
+            self.last_round = row.get("round")
         self._file.flush()
 
     def save_model(self, weights) -> None:
@@ -231,18 +236,25 @@ class RunLog:
         write_atomic(self.done_path, json.dumps(summary, indent=2, sort_keys=True))
 
     def fail(self, error: str) -> None:
-        self.close()
+        """Record how the run ended beside its rows, even where its rows could not be synced (a full disk, a quota,
+        a second Ctrl-C while they were): that is then said in the note."""
+        try:
+            self.close()
+        except BaseException as err:
+            error += f"; its rows were then not all synced to {self.path}: {type(err).__name__}: {err}"
         self.dir.mkdir(parents=True, exist_ok=True)  # a run that failed before its first row has no folder yet
         (self.dir / f"failed-{self.run_id}.txt").write_text(error + "\n")
 
     def close(self) -> None:
         """Flush and sync the rows to the disk, then close (the simulation closes before `finish` writes done.json,
-        which must never name rows still in a buffer)."""
+        which must never name rows still in a buffer). Closed even if the sync fails, so it fails once."""
         if self._file is not None:
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.flush()
+                os.fsync(file.fileno())
+            finally:
+                file.close()
 
 
 ID_COLUMNS = {"run_id": str, "config_hash": str, "code": str}  # hex ids: 12 digits would read as an int, 1e5... as inf
@@ -283,11 +295,26 @@ def write_atomic(path: Path, text: str | bytes) -> None:
     """`text` (str as UTF-8, or bytes as they are) as the whole of `path`: written beside it, flushed to disk, then
     put in its place (a crash, of the process or of the machine, leaves the old file or the new one, never half)."""
     tmp = path.with_name(f"{path.name}.partial-{os.getpid()}")
-    with open(tmp, "wb") as f:
-        f.write(text.encode("utf-8") if isinstance(text, str) else text)
-        f.flush()
-        os.fsync(f.fileno())  # else a power loss may keep the rename and lose the text: an empty done.json
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(text.encode("utf-8") if isinstance(text, str) else text)
+            f.flush()
+            os.fsync(f.fileno())  # else a power loss may keep the rename and lose the text: an empty done.json
+        os.replace(tmp, path)
+    except BaseException:  # a full disk, Ctrl-C: no half-written temporary left beside the file
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """SIGINT and SIGTERM held back (on this thread) until the block ends: they land before or after it whole."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _untaken(folder: Path, stem: str, suffix: str) -> Path:
@@ -301,7 +328,7 @@ def _untaken(folder: Path, stem: str, suffix: str) -> Path:
     return path
 
 
-def _run_id_of(path: Path) -> str | None:
+def run_id_of(path: Path) -> str | None:
     """The run id in the first row of a rounds.csv (None if it has no row, or its id is not a plain name, or
     the file is not one)."""
     try:

@@ -153,6 +153,7 @@ def _run(cfg, cfg_dict, chash, log, pool, plan, server, evaluator, summary, t_se
         timeline["rounds_ended_at"] = time.time()
         if cfg.results.save_model:
             log.save_model(server.weights)
+        log.close()  # here, not only below: rows that cannot reach the disk fail the run, with its note
     except BaseException as err:
         if waiting is not None and log.last_round == waiting[0]["round"]:  # interrupted just after writing it
             waiting = None
@@ -297,8 +298,8 @@ def log_round(log: RunLog, rows: list, row: dict, tally: Tally, cohort_size: int
 
 def finish(log: RunLog, rows: list, timeline: dict | None = None) -> pd.DataFrame:
     """Close the run; its rows as rounds.csv holds them (every column, as a rerun that skips it returns them)."""
-    frame = pd.DataFrame(rows)
     try:
+        frame = pd.DataFrame(rows)
         log.finish({"run_id": log.run_id, "rounds": len(rows), "final_accuracy": rows[-1].get("accuracy"),
                     "bytes_up": int(frame["bytes_up"].sum()), "bytes_down": int(frame["bytes_down"].sum()),
                     "started_at": log.started_at, **(timeline or {})})

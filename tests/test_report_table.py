@@ -232,22 +232,33 @@ def test_a_run_without_a_config_is_left_out_of_the_comparison_not_all_keys(tmp_p
     assert sorted(zip(t["other"], t["seeds"])) == [("", 1), ("fl.lr=0.05", 1), ("fl.lr=0.1", 1)]
 
 
-def test_each_unfinished_run_is_listed_once_with_its_latest_error(tmp_path):
-    """A run that crashed mid-way leaves rows and failed-*.txt files; one that failed before its first round
-    only the latter: each is listed once."""
+def test_each_unfinished_run_is_listed_once_with_its_own_runs_error(tmp_path):
+    """A run that crashed mid-way leaves rows and its failed-<run_id>.txt; an earlier attempt's note in the same
+    folder (here the newer file) is not these rows' error, which were killed or are still running. One that failed
+    before its first round leaves only notes, and rows of a header alone name no run: the latest note since."""
     _write_run(tmp_path, "done", _rows("done", 0), _config())
-    crashed = tmp_path / "crashed"
-    crashed.mkdir()
+    crashed, killed, early, header = (tmp_path / name for name in ("crashed", "killed", "early", "header"))
+    for folder in (crashed, killed, early, header):
+        folder.mkdir()
     pd.DataFrame(_rows("crashed", 1)).to_csv(crashed / "rounds.csv", index=False)
-    for name, when, text in (("failed-2.txt", 1000, "older error"), ("failed-1.txt", 2000, "latest error")):
-        (crashed / name).write_text(text)
-        os.utime(crashed / name, (when, when))
-    (tmp_path / "early").mkdir()
-    (tmp_path / "early" / "failed-1.txt").write_text("no data")
+    pd.DataFrame(_rows("killed", 2)).to_csv(killed / "rounds.csv", index=False)
+    (header / "rounds.csv").write_text("run_id,seed\n")
+    os.utime(header / "rounds.csv", (1500, 1500))
+    for folder, name, when, text in ((crashed, "failed-crashed.txt", 1000, "its error"),
+                                     (crashed, "failed-before.txt", 2000, "an earlier attempt's error"),
+                                     (killed, "failed-before.txt", 2000, "an earlier attempt's error"),
+                                     (early, "failed-2.txt", 1000, "older error"),
+                                     (early, "failed-1.txt", 2000, "no data"),
+                                     (header, "failed-0.txt", 1000, "before the header"),
+                                     (header, "failed-3.txt", 2000, "after the header")):
+        (folder / name).write_text(text)
+        os.utime(folder / name, (when, when))
     _, incomplete = report.load([str(tmp_path)])
-    assert incomplete == [crashed / "rounds.csv", tmp_path / "early" / "rounds.csv"]
+    assert incomplete == [crashed / "rounds.csv", header / "rounds.csv", killed / "rounds.csv", early / "rounds.csv"]
     md = report.markdown(_table(tmp_path), incomplete, 0.6, "cmd")
-    assert f"- `{crashed / 'rounds.csv'}`: latest error" in md and "older error" not in md
+    assert f"- `{crashed / 'rounds.csv'}`: its error\n" in md and f"- `{killed / 'rounds.csv'}`\n" in md
+    assert f"- `{early / 'rounds.csv'}`: no data" in md and f"- `{header / 'rounds.csv'}`: after the header" in md
+    assert "earlier attempt" not in md and "older error" not in md and "before the header" not in md
 
 
 def test_older_rows_without_an_environment_read_as_unknown_beside_newer_ones(tmp_path):

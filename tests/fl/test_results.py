@@ -254,14 +254,14 @@ def test_a_done_json_left_beside_other_rows_is_not_a_finished_run_and_is_kept_as
 
 
 def test_rows_cut_short_or_unreadable_are_not_a_finished_run(tmp_path):
-    from fl.results import _run_id_of, finished
+    from fl.results import run_id_of, finished
 
     _, run = _finished_run(tmp_path)
     whole = (run / "rounds.csv").read_bytes()
     (run / "rounds.csv").write_bytes(whole[:whole.rindex(b"\n", 0, len(whole) - 1) + 60])  # the last row cut
     assert not finished(run)
     (run / "rounds.csv").write_bytes(bytes(range(256)) * 10)  # not a CSV at all
-    assert not finished(run) and _run_id_of(run / "rounds.csv") is None
+    assert not finished(run) and run_id_of(run / "rounds.csv") is None
     (run / "rounds.csv").write_bytes(whole)
     (run / "done.json").write_text('{"run_id": ')  # a done.json cut short
     assert not finished(run)

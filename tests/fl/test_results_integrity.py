@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import fl
-from fl.results import LOCK_NAME, RunLog, config_hash, finished
+from fl.results import LOCK_NAME, RunLog, config_hash, finished, write_atomic
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 
@@ -215,3 +215,84 @@ def test_a_claim_whose_folder_a_refused_run_removed_meanwhile_makes_it_again(tmp
         assert removed and (tmp_path / "cell" / LOCK_NAME).exists()
     finally:
         log.release()
+
+
+def test_a_run_whose_rows_cannot_be_synced_still_leaves_its_failure_note(tmp_path, monkeypatch):
+    """A disk quota or an NFS error is often first reported when the rows are synced at the end: the run must fail
+    with its failed-<run_id>.txt (the report's reason), not leave rows that read as killed without one."""
+    import errno
+
+    real_fsync = os.fsync
+
+    def fsync(fd):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith("rounds.csv"):
+            raise OSError(errno.EDQUOT, os.strerror(errno.EDQUOT))
+        return real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    with pytest.raises(OSError, match="quota"):
+        fl.run(fl.compose([f"results.dir={tmp_path}", "backend=inline", "secagg=none", "model=mlp_small",
+                           "fl.rounds=2", "fl.num_clients=4", "fl.clients_per_round=4"]))
+    [note] = tmp_path.glob("*/failed-*.txt")
+    assert "OSError" in note.read_text() and "quota" in note.read_text()
+    assert len(list(note.parent.glob("rounds.csv"))) == 1 and not (note.parent / "done.json").exists()
+    monkeypatch.setattr(os, "fsync", real_fsync)
+    log = RunLog(tmp_path, "other", "r1")  # a sync failing as a failed run closes its rows: the note names both
+    log.start({"seed": 0})
+    monkeypatch.setattr(os, "fsync", fsync)
+    log.fail("KeyboardInterrupt: ")
+    assert "KeyboardInterrupt: ; its rows were then not all synced to" in (log.dir / "failed-r1.txt").read_text()
+    log.close()  # closed once: nothing left to sync
+
+
+def test_an_interrupt_while_a_row_is_written_lands_after_it_is_recorded_as_written(tmp_path, monkeypatch):
+    """The interrupted run's handler writes the row it was holding unless `last_round` says it is written: a
+    Ctrl-C between writing the row and recording it wrote it twice."""
+    import signal
+
+    log = RunLog(tmp_path, "cell", "r1")
+    log.start({"seed": 0})
+    real = log._writer.writerow
+    monkeypatch.setattr(log._writer, "writerow", lambda row: (real(row), signal.raise_signal(signal.SIGINT)))
+    with pytest.raises(KeyboardInterrupt):
+        log.write({"run_id": "r1", "config_hash": "cell", "round": 0})
+    assert log.last_round == 0
+    log.close()
+
+
+def test_a_run_killed_while_setting_a_killed_runs_rows_aside_leaves_that_runs_config_to_keep(tmp_path, monkeypatch):
+    """The config of a killed run, where it differs outside the hash, is put aside before its rows: killed between
+    the two, the next run still finds rows to put aside, where the other order left the config to be overwritten."""
+    folder = tmp_path / "cell"
+    folder.mkdir()
+    (folder / "rounds.csv").write_text("run_id,config_hash,round\nfirst,cell,0\n")
+    (folder / "config.json").write_text('{"save_model": true}')
+    real = Path.rename
+
+    def killed(self, target):  # killed just after the first rename
+        real(self, target)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Path, "rename", killed)
+    with pytest.raises(KeyboardInterrupt):
+        RunLog(tmp_path, "cell", "second").start({"save_model": False})
+    monkeypatch.setattr(Path, "rename", real)
+    log = RunLog(tmp_path, "cell", "third")
+    log.start({"save_model": False})
+    log.close()
+    assert (folder / "config.incomplete-first.json").read_text() == '{"save_model": true}'
+    assert (folder / "rounds.incomplete-first.csv").exists()
+
+
+def test_write_atomic_leaves_no_temporary_behind_when_it_fails(tmp_path, monkeypatch):
+    """A full disk or a Ctrl-C mid-write left `<name>.partial-<pid>` beside the file, for good."""
+    target = tmp_path / "done.json"
+    target.write_text("old")
+
+    def full(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        write_atomic(target, "new")
+    assert [p.name for p in tmp_path.iterdir()] == ["done.json"] and target.read_text() == "old"

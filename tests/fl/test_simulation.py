@@ -320,12 +320,14 @@ def test_a_run_that_fails_before_its_first_round_is_recorded_and_a_rerun_runs_it
     assert len(rows) == 3 and (failed.parent / "done.json").exists() and failed.exists()
 
 
-def test_the_report_gives_an_unfinished_runs_latest_error(tmp_path):
-    """It gave the error of the failed-<run_id>.txt last by name, an arbitrary attempt's (ids are random)."""
+def test_the_report_gives_an_unfinished_runs_own_error(tmp_path):
+    """It gave the error of the failed-<run_id>.txt last by name, an arbitrary attempt's (ids are random); now the
+    note of the run whose rows these are."""
     import os
     import shutil
 
     from experiments import report
+    from fl.results import run_id_of
 
     small(tmp_path / "runs")
     (done,) = (tmp_path / "runs").glob("*/done.json")
@@ -334,7 +336,7 @@ def test_the_report_gives_an_unfinished_runs_latest_error(tmp_path):
     shutil.copy(done.parent / "config.json", cut)
     (cut / "rounds.csv").write_text("".join((done.parent / "rounds.csv").open().readlines()[:2]))
     (cut / "failed-zzzz.txt").write_text("MemoryError in round 1\n")
-    (cut / "failed-aaaa.txt").write_text("KeyboardInterrupt in round 0\n")
+    (cut / f"failed-{run_id_of(cut / 'rounds.csv')}.txt").write_text("KeyboardInterrupt in round 0\n")
     os.utime(cut / "failed-zzzz.txt", (1e9, 1e9))  # the earlier attempt
     report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "table")])
     (line,) = [x for x in (tmp_path / "table" / "topk_table.md").read_text().splitlines() if "0123456789ab" in x]

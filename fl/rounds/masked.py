@@ -189,13 +189,16 @@ def masked_sketch(worker, broadcast: bytes, round: int, bundles: dict[int, bytes
     t.update(worker.stats())
 
 
-def masked_values(worker, index_set: bytes, session: bytes, round: int, bundles: dict[int, bytes],
-                  clients: list[int], t: dict):
+def masked_values(worker, index_set: bytes, round: int, bundles: dict[int, bytes], clients: list[int], t: dict):
     """Exchange 2 of `fresh`: the held update's weighted values at this round's index set, masked; the
-    rest (and the quantization error) is the client's new residual, staged until the round is applied."""
+    rest (and the quantization error) is the client's new residual, staged until the round is applied. The index
+    set must name the session the clients hold for this exchange (one replayed from another round is refused)."""
     plan = worker.plan
     layout = MaskedLayout(plan, plan.k, 0)
+    session = next((worker.pending[1][cid].config.session for cid in clients if cid in worker.pending[1]), None)
     try:
+        if session is None:  # every client of the call has left the round
+            raise wire.WireError("no client left to take the index set")
         idx = wire.decode_round_index(index_set, session, plan.length, plan.k)
     except wire.WireError:
         for cid in clients:
@@ -452,8 +455,7 @@ def run(server, pool, tally: Tally, r: int, chash: str, cohort: list[int], by_wo
             index_set = wire.encode_round_index(second.session, server.positions, plan.length)
             tally.down += len(index_set) * len(steps.alive)
             for cid, msg in steps.run(masked_values, "masked_input",
-                                      lambda w, cs: (index_set, second.session, r, {c: bundles[1][c] for c in cs},
-                                                     cs) if cs else None,
+                                      lambda w, cs: (index_set, r, {c: bundles[1][c] for c in cs}, cs) if cs else None,
                                       wire.masked_bytes(second.length, second.layout.bits) + 256):
                 tally.up_payload += len(msg)
                 steps.take(second.add, cid, msg)

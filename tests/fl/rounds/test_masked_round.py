@@ -588,7 +588,7 @@ def test_bytes_down_and_the_sketch_share_count_the_messages_sent_when_clients_ar
     for name in sizes:
         monkeypatch.setattr(fl_wire, name, recording(name))
     monkeypatch.setattr(masked_round, "share_keys", receiving("share_keys", lambda r: sum(map(len, r)), 1))
-    monkeypatch.setattr(masked_round, "masked_values", receiving("masked_values", len, 4))
+    monkeypatch.setattr(masked_round, "masked_values", receiving("masked_values", len, 3))
     monkeypatch.setattr(masked_round, "unmask", receiving("unmask", len, 1))
     rows = _masked_run(tmp_path, "fl.rounds=3", "fl.num_clients=8", "compression.index_policy=fresh")
     assert rows["rejected"].tolist() == [3] * 3 and not rows["aborted"].any() and (rows["catchups"] == 0).all()
@@ -715,3 +715,27 @@ def test_the_sketch_policys_next_index_set_is_the_heavy_hitters_of_the_summed_re
         expected = sketch.heavy_hitters(cells.reshape(sketch.rows, sketch.cols), policy.k)
         assert len(positions) == policy.k
         np.testing.assert_array_equal(positions, expected)
+
+
+def test_fresh_clients_refuse_an_index_set_bound_to_a_session_other_than_the_one_they_hold(monkeypatch):
+    """The index set is checked against the second exchange's session the client holds, not one the server sends
+    beside it: a server replaying an earlier round's set with that round's session had it taken."""
+    from types import SimpleNamespace
+
+    plan = SimpleNamespace(k=3, length=20, training=SimpleNamespace(seed=0))
+    ids = [0, 1, 2]
+
+    def client_of_round(r):
+        session = secagg.session_id("run", r, ids, protocol="dh", length=8, nonce=b"values")
+        return session, secagg.Client(secagg.make_round("dh", session, ids, 8), 0)
+
+    now, client = client_of_round(5)
+    earlier, _ = client_of_round(4)
+    monkeypatch.setattr(masked_round, "_send", lambda worker, exchange, cid, *a: (cid, b"sent"))
+    monkeypatch.setattr(masked_round, "MaskedLayout", lambda *a: SimpleNamespace(bits=20))
+    for session, taken in ((earlier, None), (now, b"sent")):
+        worker = SimpleNamespace(plan=plan, pending=[{}, {0: client}], held={0: (np.zeros(20, np.float32), 1.0)},
+                                 staged={})
+        index_set = wire.encode_round_index(session, np.array([1, 7, 9]), plan.length)
+        assert list(masked_round.masked_values(worker, index_set, 5, {0: b""}, [0], {})) == [(0, taken)]
+        assert (0 in worker.pending[1]) == (taken is not None)

@@ -148,7 +148,11 @@ def main(argv=None):
     command = command_line("experiments.activations", argv)
     if args.out:
         check_target(table_file(args.out, ".md"), command, args.force)
-    table = pd.DataFrame([row for run in runs_in(args.runs) for row in describe(run, args.max_test)])
+    runs = runs_in(args.runs)
+    if not runs:
+        raise SystemExit(f"activations: no run under {', '.join(map(str, args.runs))} holds model.npy (only a run "
+                         "made with results.save_model=true keeps its model)")
+    table = pd.DataFrame([row for run in runs for row in describe(run, args.max_test)])
     table = table.sort_values(["setting", "rounds", "relu"], kind="stable", ignore_index=True)
     lines = ["| run | setting | rounds | accuracy | logit std | top class | layer | positive | units alive |",
              "|---" * 9 + "|"]

@@ -1,7 +1,8 @@
 """Simulation speed and memory: how much of a round is the framework, and does N = 1000 fit.
 
     python -m experiments.bench_sim            # writes results/bench_sim.{csv,md}
-    python -m experiments.bench_sim --quick    # no N = 1000 cells, no two-node sweep
+    python -m experiments.bench_sim --quick --out /tmp/bench_sim
+        # no N = 1000 cells, no two-node sweep; written apart (the committed table is refused to a --quick run)
 
 Each cell runs in its own process (clean memory figures, a fresh Ray start) on digits (three cells on
 Fashion-MNIST, lenet, 100 clients, 10 a round, 201 rounds of seed 0, for evaluation's share of a round: see

@@ -1,7 +1,8 @@
 """Codec benchmark: seconds per stage and bytes on the wire, for every registered codec.
 
     python -m experiments.codec_bench            # writes results/codec_bench.{csv,md}
-    python -m experiments.codec_bench --quick    # fewer repetitions, no model-sized case
+    python -m experiments.codec_bench --quick --out /tmp/codec_bench
+        # fewer repetitions, no model-sized case; written apart (the committed table is refused to a --quick run)
 
 Workloads (float32, seeded standard normal):
   100x(10,1000)             the older framework's: 100 arrays of shape (10, 1000) sent as one update, as

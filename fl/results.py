@@ -413,6 +413,11 @@ def rehash(root: str | Path) -> list[tuple[str, str]]:
 if __name__ == "__main__":
     import sys
 
-    for folder in sys.argv[1:] or ["results/runs"]:
+    folders = sys.argv[1:] or ["results/runs"]
+    empty = [f for f in folders if not any(Path(f).glob("*/config.json"))]  # a typo, or a folder of folders of runs
+    if empty:
+        sys.exit(f"fedsqueeze: no run folder (one holding config.json) directly under {', '.join(empty)}; give the "
+                 "folder a sweep writes its runs into (its results.dir), e.g. results/runs")
+    for folder in folders:
         moves = rehash(folder)
         print(f"fedsqueeze: {len(moves)} run folders under {folder} renamed to their current config hash")

@@ -36,6 +36,9 @@ def test_a_run_without_save_model_keeps_no_model_and_asking_for_one_later_warns(
     assert not (run / MODEL_NAME).exists()
     with pytest.raises(SystemExit, match="results.save_model=true"):
         activations.main([str(run)])
+    with pytest.raises(SystemExit, match=rf"no run under {tmp_path} holds model.npy \(only a run made with "
+                       r"results.save_model=true"):  # its folder of runs: none to describe (was a KeyError)
+        activations.main([str(tmp_path)])
     fl.run(fl.compose([*SMALL, "secagg=none", "results.save_model=true", f"results.dir={tmp_path}"]))  # skipped
     assert "has no model.npy" in capsys.readouterr().err and not (run / MODEL_NAME).exists()
 

@@ -393,3 +393,17 @@ def test_a_finished_run_renamed_by_hand_to_another_configurations_folder_is_run_
     assert finished(target, target.name)
     (kept,) = target.glob("rounds.incomplete-*.csv")
     assert read_rows(kept).equals(old_rows)
+
+
+def test_rehash_from_the_command_line_refuses_a_folder_without_runs_directly_under_it(tmp_path):
+    """A typo, or the parent of a results dir, renamed nothing and said so with exit status 0, which reads as
+    "every run already has its current hash"."""
+    import subprocess
+    import sys
+
+    (tmp_path / "runs" / "abc").mkdir(parents=True)
+    (tmp_path / "runs" / "abc" / "config.json").write_text("{}")
+    for folder in (tmp_path / "missing", tmp_path):
+        done = subprocess.run([sys.executable, "-m", "fl.results", str(folder)], capture_output=True, text=True)
+        assert done.returncode == 1 and f"no run folder (one holding config.json) directly under {folder};" \
+            in done.stderr

@@ -48,10 +48,11 @@ NON_FINITE = "vector contains NaN or Inf (after conversion to float32)"
 
 
 def check_ratio(ratio) -> float:
-    """`ratio` as a float in (0, 1]."""
+    """`ratio` as a float in (0, 1]; a numpy float as the decimal it prints as (`np.float32(0.1)` is 0.1, not
+    float64's 0.10000000149011612, which keeps 11 of 100 entries)."""
     if isinstance(ratio, bool) or not isinstance(ratio, numbers.Real):
         raise TypeError(f"ratio must be a real number, got {ratio!r}")
-    ratio = float(ratio)
+    ratio = float(str(ratio)) if isinstance(ratio, np.floating) else float(ratio)
     if not (math.isfinite(ratio) and 0.0 < ratio <= 1.0):
         raise ValueError(f"ratio must be in (0, 1], got {ratio}")
     return ratio

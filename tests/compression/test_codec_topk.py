@@ -55,6 +55,8 @@ def test_k_is_ceil_of_ratio_times_n_reading_ratio_as_written(n, ratio, k):
     # 0.07 * 100 == 7.000000000000001 in binary floating point; the config means 7.
     assert topk_count(n, ratio) == k
     assert TopKCompression(ratio).k_for(n) == k
+    # a numpy float (a ratio from np.linspace, say) as it prints: np.float32(0.07) is 0.07000000029802322 in float64
+    assert TopKCompression(np.float32(ratio)).k_for(n) == TopKCompression(np.float64(ratio)).k_for(n) == k
 
 
 def test_ties_at_the_threshold_keep_exactly_k_lowest_index_first():

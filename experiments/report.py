@@ -26,7 +26,7 @@ import pandas as pd
 from fl.results import NEUTRAL as RESULTS_NEUTRAL
 import compression
 from fl.results import COLUMNS, ID_COLUMNS, codec_options_set, finished, read_rows, run_id_of, unread_index_keys
-from experiments.args import accuracy, summary
+from experiments.args import accuracy, each_once, summary
 from experiments.outputs import check_target, command_line, number_range, together
 from experiments import hosts, report_plots
 from experiments.grid import accuracy_cell
@@ -66,10 +66,13 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     missing = [d for d in dirs if not Path(d).is_dir()]
     if missing:
         raise SystemExit(f"no such folder: {', '.join(missing)}")
-    frames, incomplete, configs, seen = [], [], {}, {}
+    frames, incomplete, configs, seen, visited = [], [], {}, {}, set()
     for d in dirs:
-        label = (labels or {}).get(_folder(d))
         for path in sorted(Path(d).rglob("rounds.csv")):
+            if path.parent.resolve() in visited:  # reached again through a folder given twice, or one inside another
+                continue
+            visited.add(path.parent.resolve())
+            label = _label_of(path.parent, labels or {})
             if finished(path.parent):
                 frame = _numbers(read_rows(path), path)
                 run_id = frame["run_id"].iloc[0]
@@ -85,8 +88,11 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
             else:
                 incomplete.append(path)
         # a run that failed before its first round: its failed-*.txt and no rows
-        incomplete += sorted({f.parent / "rounds.csv" for f in Path(d).rglob("failed-*.txt")
-                              if not (f.parent / "rounds.csv").exists()})
+        for rows in sorted({f.parent / "rounds.csv" for f in Path(d).rglob("failed-*.txt")
+                            if not (f.parent / "rounds.csv").exists()}):
+            if rows.parent.resolve() not in visited:
+                visited.add(rows.parent.resolve())
+                incomplete.append(rows)
     if not frames:
         listed = "".join(f"\n  {p.parent}" for p in incomplete)
         raise SystemExit(f"no finished runs under {', '.join(dirs)}" + (
@@ -116,6 +122,14 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
                                                       if not _under(k, CODEC)}, sort_keys=True)
                                        for r, c in configs.items()})
     return rows, incomplete
+
+
+def _label_of(run: Path, labels: dict[str, str]) -> str | None:
+    """The name `--label` gives the data of `run`: that of the innermost labelled folder holding it, whatever order
+    the folders were given in (a folder reported inside another may carry its own label)."""
+    held = [(len(Path(folder).parts), name) for folder, name in labels.items()
+            if run.resolve().is_relative_to(folder)]
+    return max(held)[1] if held else None
 
 
 def _folder(d: str) -> str:
@@ -671,15 +685,22 @@ def main(argv=None) -> pd.DataFrame:
     ap.add_argument("--force", action="store_true", help="replace a table another command made")
     args = ap.parse_args(argv)
     reported = {_folder(d) for d in args.dirs}
-    labels = dict(label_folder(label, reported) for label in args.label)
-    unknown = sorted(k for k in labels if _folder(k) not in reported)
+    labels: dict[str, str] = {}  # resolved folder -> name
+    given: dict[str, str] = {}  # resolved folder -> as given
+    for folder, name in (label_folder(label, reported) for label in args.label):
+        if labels.setdefault(_folder(folder), name) != name:
+            ap.error(f"--label names {folder} twice: {labels[_folder(folder)]} and {name}")
+        given.setdefault(_folder(folder), folder)
+    unknown = sorted(given[k] for k in labels if k not in reported)
     if unknown:
         raise SystemExit(f"--label names a folder not reported: {', '.join(unknown)} (folders: {', '.join(args.dirs)})")
-    if Path(args.out).exists() and not Path(args.out).is_dir():
-        ap.error(f"--out {args.out} is a file: the report writes a folder of tables and plots")
+    each_once(ap, "--link", map(link_name, args.link))
+    above = next((p for p in [Path(args.out), *Path(args.out).parents] if p.exists()), None)
+    if above is not None and not above.is_dir():
+        ap.error(f"--out {args.out}: {above} is a file: the report writes a folder of tables and plots")
     command = command_line("experiments.report", argv)
     check_target(Path(args.out) / "topk_table.md", command, args.force)
-    rows, incomplete = load(args.dirs, {_folder(k): v for k, v in labels.items()})
+    rows, incomplete = load(args.dirs, labels)
     runs = per_run(rows, args.target)
     t = table(runs)
     for link in args.link:

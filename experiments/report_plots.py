@@ -36,6 +36,7 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     are a panel per data, partition and model, and a crowded one a panel per condition, as in the other plots."""
     if "field_bits" not in runs:
         runs = runs.assign(field_bits=np.nan)
+    runs = envs_apart(runs)
     # clients kept memories
     memory = report._memory(runs["index_policy"]) & ~report._broadcast_only(runs["index_policy"])
     base = runs[(runs["compression"] == "none") | ((runs["compression"] == "topk") &
@@ -84,9 +85,10 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
     for ax, (title, panel) in zip(axes.flat, drawn.items()):
         for label, (s, plain), _ in panel:
             # a bar stops at 0 and 1, where accuracy does (the std of seeds of which some blew up exceeds the mean)
-            spread = [np.minimum(s["std"], s["mean"]), np.minimum(s["std"], 1 - s["mean"])]
-            ax.errorbar(s.index, s["mean"], yerr=spread, capsize=3, linestyle="-" if plain else "--", label=label,
-                        **looks.get(label, {}))
+            # arrays, not Series: matplotlib floats a one-point Series, which pandas 2 warns is deprecated
+            mean, std = s["mean"].to_numpy(), s["std"].to_numpy()
+            ax.errorbar(s.index.to_numpy(), mean, yerr=[np.minimum(std, mean), np.minimum(std, 1 - mean)], capsize=3,
+                        linestyle="-" if plain else "--", label=label, **looks.get(label, {}))
         ax.set_xscale("log")
         ratios = sorted({r for _, (s, _), _ in panel for r in s.index})
         ax.set_xticks(ratios, [f"{r:g}" for r in ratios])  # under a decade apart, log labels of minor ticks overlap
@@ -110,6 +112,20 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
         _layout_under_title(fig, heading)
     fig.savefig(out, dpi=120)
     plt.close(fig)
+
+
+def envs_apart(frame: pd.DataFrame) -> pd.DataFrame:
+    """Runs of different environments (cpu or cuda, inline or Ray, the torch version) are separate lines, as in the
+    table: where the frame holds several, each row's `other` settings (and its codec's, which name a line in a
+    panel split by condition) end with its environment."""
+    if "env" not in frame or frame["env"].nunique() <= 1:
+        return frame
+    env = "[" + frame["env"].astype(str) + "]"
+
+    def ending(column: str):
+        before = frame[column].fillna("") if column in frame else pd.Series("", index=frame.index)
+        return np.where(before != "", before + " " + env, env)
+    return frame.assign(other=ending("other"), codec_other=ending("codec_other"))
 
 
 def _ratio_panels(lines: dict) -> dict[str, list]:
@@ -237,7 +253,8 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
     setting's final accuracy against its cumulative upload per client of the population (every client's bytes over
     the run / num_clients, as the table's upload to target), a point per ratio; runs of different lengths are
     separate lines."""
-    panels = _data_panels(runs.assign(length=runs["rounds"]), lambda g: report.setting_names(g, ratio=False), "length")
+    panels = _data_panels(envs_apart(runs).assign(length=runs["rounds"]),
+                          lambda g: report.setting_names(g, ratio=False), "length")
     styles = _split_styles(panels, "length")
     fig, axes = _panels(len(panels), max(map(_line_count, panels)))
     for ax, ((dataset, partition, model), condition, g) in zip(axes.flat, panels):
@@ -261,7 +278,7 @@ def plot_accuracy_vs_bytes(runs: pd.DataFrame, out: Path) -> None:
 def plot_accuracy_vs_round(rows: pd.DataFrame, out: Path) -> None:
     """One panel per data, partition and model (three to a row; a crowded one per condition, _data_panels): test
     accuracy each round, mean over seeds, per setting."""
-    rows = rows.dropna(subset=["accuracy"])
+    rows = envs_apart(rows.dropna(subset=["accuracy"]))
     length = rows.groupby("run_id")["round"].transform("max") + 1
     panels = _data_panels(rows.assign(length=length), report.setting_names, "length")
     styles = _split_styles(panels, "length")

@@ -1038,3 +1038,63 @@ def test_runs_as_the_simulation_writes_them_are_read_every_column_of_names_as_te
     rows, _ = report.load([str(tmp_path)])
     assert set(rows["aggregation"]) == {"cohort", "memory"}
     assert len(report.table(report.per_run(rows, 0.6))) == 2
+
+
+@pytest.mark.filterwarnings("ignore:No artists with labels")  # plotting is replaced: nothing to put in a legend
+def test_runs_of_different_environments_are_separate_lines_in_every_plot_as_in_the_table(tmp_path, monkeypatch):
+    """The table kept cpu and cuda runs apart; the plots averaged them (one point between the two, its error bar
+    the gap between the environments)."""
+    for seed in (0, 1):
+        _write_run(tmp_path, f"cpu{seed}", _rows(f"cpu{seed}", seed, 20, 0.7), _config())
+        _write_run(tmp_path, f"gpu{seed}", [r | {"env": "cuda"} for r in _rows(f"gpu{seed}", seed, 20, 0.5)],
+                   _config())
+    rows, _ = report.load([str(tmp_path)])
+    runs = report.per_run(rows, 0.9)
+    assert len(report.table(runs)) == 2
+    drawn = []
+    record = lambda self, x, y, *a, **kw: drawn.append((kw["label"], np.asarray(y).round(3).tolist(), kw.get("yerr")))
+    monkeypatch.setattr(report_plots.plt.Axes, "errorbar", record)
+    monkeypatch.setattr(report_plots.plt.Axes, "plot", record)
+    report_plots.plot_accuracy_vs_ratio(runs, tmp_path / "ratio.png")
+    report_plots.plot_accuracy_vs_bytes(runs, tmp_path / "bytes.png")
+    report_plots.plot_accuracy_vs_round(rows, tmp_path / "round.png")
+    assert len(drawn) == 6 and {y[-1] for _, y, _ in drawn} == {0.7, 0.5}
+    assert {label.endswith("[cpu]") for label, _, _ in drawn} == {True, False}
+    assert sum(label.endswith("[cuda]") for label, _, _ in drawn) == 3
+    # the error bars go to matplotlib as arrays (a one-point Series made pandas 2 warn)
+    assert all(isinstance(part, np.ndarray) for _, _, yerr in drawn if yerr is not None for part in yerr)
+
+
+def test_a_folder_given_twice_or_inside_another_lists_its_unfinished_runs_once_under_its_own_label(
+        tmp_path, monkeypatch, capsys):
+    """Unfinished runs were listed (and counted) once per folder that reached them; a label on the inner of two
+    nested folders held only when it came first; the same run reached twice was reported as in two places."""
+    _write_run(tmp_path / "runs", "a", _rows("a", 0, 20, 0.7), _config())
+    cut = tmp_path / "runs" / "b"
+    cut.mkdir()
+    pd.DataFrame(_rows("b", 1, 20, 0.7)).to_csv(cut / "rounds.csv", index=False)
+    early = tmp_path / "runs" / "c"
+    early.mkdir()
+    (early / "failed-c.txt").write_text("ValueError: before its first round\n")
+    monkeypatch.chdir(tmp_path)
+    for dirs in (["runs", "runs"], [".", "runs"], ["runs", "."]):
+        rows, incomplete = report.load(dirs)
+        assert len(rows) == 2 and sorted(p.parent.name for p in incomplete) == ["b", "c"]
+    assert "counted once" not in capsys.readouterr().err
+    for dirs in (["runs", "."], [".", "runs"]):
+        report.main([*dirs, "--label", "runs=inner", "--label", ".=outer", "--out", "out", "--force"])
+        assert "| inner (shards) |" in (tmp_path / "out" / "topk_table.md").read_text()
+
+
+def test_report_options_given_twice_or_out_under_a_file_are_refused_before_any_work(tmp_path, monkeypatch, capsys):
+    _write_run(tmp_path / "runs", "a", _rows("a", 0, 20, 0.7), _config())
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "file").write_text("x")
+    for args, message in ((["--link", "10,50,50", "--link", "10,50,50"], "--link: 10/50 Mbit/s, 50 ms given more "),
+                          (["--label", "runs=one", "--label", "runs/=two"], "--label names runs/ twice: one and two"),
+                          (["--out", "file/sub"], "--out file/sub: file is a file")):
+        with pytest.raises(SystemExit):
+            report.main(["runs", *args] + ([] if "--out" in args else ["--out", "out"]))
+        assert message in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
+    report.main(["runs", "--label", "runs=one", "--label", "./runs=one", "--out", "out"])  # one name, twice spelt

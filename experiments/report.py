@@ -320,6 +320,7 @@ def per_run(rows: pd.DataFrame, target: float) -> pd.DataFrame:
         reached = run.loc[run["accuracy"] >= target, "round"]
         out = {k: run[k].iloc[0] for k in SETTING + ["seed", "base", "condition", "codec_other"]}
         out["host"] = hosts.of(run)
+        out.update({k: run[k].iloc[0] for k in ("device", "env_torch") if k in run})  # what of env moves the numbers
         # all clients' upload until the target is first reached, per client of the population
         upload = run.loc[run["round"] <= reached.iloc[0], "bytes_up"].sum() / run["num_clients"].iloc[0] \
             if len(reached) else np.nan

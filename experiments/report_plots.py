@@ -115,12 +115,19 @@ def plot_accuracy_vs_ratio(runs: pd.DataFrame, out: Path) -> None:
 
 
 def envs_apart(frame: pd.DataFrame) -> pd.DataFrame:
-    """Runs of different environments (cpu or cuda, inline or Ray, the torch version) are separate lines, as in the
-    table: where the frame holds several, each row's `other` settings (and its codec's, which name a line in a
-    panel split by condition) end with its environment."""
-    if "env" not in frame or frame["env"].nunique() <= 1:
+    """Runs whose environments can give different numbers (another device or torch version) are separate lines, as
+    the table keeps them: where the frame holds several, each row's `other` settings (and its codec's, which name a
+    line in a panel split by condition) end with them. The backend, the workers and the cores give identical
+    results, so their runs are one line here (the table splits them for their seconds)."""
+    if "env" not in frame:
         return frame
-    env = "[" + frame["env"].astype(str) + "]"
+    numerics = frame["env"].astype(str)
+    if "device" in frame and "env_torch" in frame:
+        known = frame["device"].notna() & frame["env_torch"].notna()
+        numerics = numerics.where(~known, frame["device"].astype(str) + ", torch " + frame["env_torch"].astype(str))
+    if numerics.nunique() <= 1:
+        return frame
+    env = "[" + numerics + "]"
 
     def ending(column: str):
         before = frame[column].fillna("") if column in frame else pd.Series("", index=frame.index)

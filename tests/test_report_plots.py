@@ -1098,3 +1098,14 @@ def test_report_options_given_twice_or_out_under_a_file_are_refused_before_any_w
         assert message in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
     report.main(["runs", "--label", "runs=one", "--label", "./runs=one", "--out", "out"])  # one name, twice spelt
+
+
+def test_runs_apart_only_in_backend_workers_or_cores_share_a_plotted_line_as_their_results_are_identical():
+    """Inline and Ray runs compute the same numbers: one line (the table splits them for their seconds); another
+    torch or device does not."""
+    runs = pd.DataFrame([_run("none", "per-client", 0.1, 0.7) | {"env": f"cpu, {backend} x2, 2 cores, torch 2",
+                                                                  "device": "cpu", "env_torch": "2"}
+                         for backend in ("inline", "ray")])
+    assert report_plots.envs_apart(runs) is runs
+    moved = report_plots.envs_apart(runs.assign(env_torch=["2", "3"], other=["fl.lr=0.2", ""]))
+    assert moved["other"].tolist() == ["fl.lr=0.2 [cpu, torch 2]", "[cpu, torch 3]"]

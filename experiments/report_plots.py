@@ -328,7 +328,7 @@ def plot_time_breakdown(t_runs: pd.DataFrame, out: Path) -> None:
     ax.scatter(g["t_round"], range(len(g)), marker="|", s=200, color="black", zorder=3, label="round (wall)")
     ax.set_yticks(range(len(g)))
     ax.set_yticklabels(names, fontsize=7)
-    ax.invert_yaxis()  # the table's order, top down
+    ax.invert_yaxis()  # the first setting by name on top
     ax.set_xlabel("\n".join(["seconds per round", *(textwrap.wrap(f"hosts: {hosts.legend(tag)}", 100) if several
                                                      else [])]), fontsize=8)
     ax.grid(axis="x", alpha=0.3)

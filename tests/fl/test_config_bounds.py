@@ -9,6 +9,7 @@ from fl.config import ConfigError, validate
     # a dense codec ignores the ratio, so only validate refuses 0 (topk's own constructor refuses it too)
     ("secagg=none compression=qsgd compression.ratio=0", r"compression.ratio must be in \(0, 1\], got 0"),
     ("dataset.test_fraction=0", r"dataset.test_fraction must be in \(0, 1\), got 0"),
+    ("dataset.test_fraction=1", r"dataset.test_fraction must be in \(0, 1\), got 1"),  # nothing left to train on
     ("dataset.partition=labels fl.num_clients=9 fl.clients_per_round=9",
      "dataset.partition=labels needs at least 10 clients .one per class., got fl.num_clients=9"),
     ("dataset.max_train=0", r"dataset.max_train must be >= 1 or null \(all\), got 0"),

@@ -187,3 +187,16 @@ def test_the_other_partitions_are_pinned_seed_for_seed(scheme, num_clients, seed
     parts = partition(load_digits(0).y_train, num_clients, scheme, 0.5, seed, min_size=1, **extra)
     got = hashlib.sha256(b"".join(np.int64(len(p)).tobytes() + p.astype(np.int64).tobytes() for p in parts))
     assert got.hexdigest()[:16] == digest
+
+
+@pytest.mark.parametrize("scheme", ["iid", "dirichlet", "shards", "labels"])
+def test_more_clients_than_min_size_lets_each_have_are_refused_by_every_scheme(scheme):
+    """partition's default min_size is 2 (a caller of the API): 7 clients of 12 samples would leave some with one."""
+    from fl.errors import ConfigError
+    from fl.partitions import partition
+
+    labels = np.arange(12) % 10
+    with pytest.raises(ConfigError, match="fl.num_clients=7: 7 clients cannot each get 2 of 12 training samples"):
+        partition(labels, 7, scheme, 0.5, 0)
+    if scheme in ("iid", "shards"):  # labels needs a client per class, Dirichlet draws sizes that rarely fit here
+        assert min(map(len, partition(labels, 6, scheme, 0.5, 0, shards_per_client=1))) >= 2

@@ -739,3 +739,18 @@ def test_fresh_clients_refuse_an_index_set_bound_to_a_session_other_than_the_one
         index_set = wire.encode_round_index(session, np.array([1, 7, 9]), plan.length)
         assert list(masked_round.masked_values(worker, index_set, 5, {0: b""}, [0], {})) == [(0, taken)]
         assert (0 in worker.pending[1]) == (taken is not None)
+
+
+def test_a_masked_round_whose_summed_weight_is_zero_aborts_and_the_run_goes_on(tmp_path, monkeypatch):
+    """Every client of round 1 sends a weight slot of 0 (as weights rounding to 0 would): the sum cannot be divided
+    by it, so the round aborts with the model unchanged; applying it crashed the run."""
+    weight, calls = MaskedLayout.weight, []
+
+    def zero_in_round_1(self, w, rng):
+        calls.append(w)
+        return weight(self, 0.0 if 8 < len(calls) <= 16 else w, rng)  # round 1's eight clients
+
+    monkeypatch.setattr(MaskedLayout, "weight", zero_in_round_1)
+    rows = _masked_run(tmp_path, "fl.rounds=3", "compression.index_policy=sketch")
+    assert rows["aborted"].tolist() == [False, True, False] and len(calls) == 24
+    assert rows["loss"].iloc[1] == rows["loss"].iloc[0] != rows["loss"].iloc[2]  # round 1 applied nothing

@@ -698,7 +698,8 @@ def main(argv=None) -> pd.DataFrame:
     each_once(ap, "--link", map(link_name, args.link))
     above = next((p for p in [Path(args.out), *Path(args.out).parents] if p.exists()), None)
     if above is not None and not above.is_dir():
-        ap.error(f"--out {args.out}: {above} is a file: the report writes a folder of tables and plots")
+        where = "" if above == Path(args.out) else f": {above}"
+        ap.error(f"--out {args.out}{where} is a file: the report writes a folder of tables and plots")
     command = command_line("experiments.report", argv)
     check_target(Path(args.out) / "topk_table.md", command, args.force)
     rows, incomplete = load(args.dirs, labels)

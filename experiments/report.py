@@ -69,10 +69,11 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
     frames, incomplete, configs, seen, visited = [], [], {}, {}, set()
     for d in dirs:
         for path in sorted(Path(d).rglob("rounds.csv")):
-            if path.parent.resolve() in visited:  # reached again through a folder given twice, or one inside another
+            folder = path.parent.resolve()
+            if folder in visited:  # reached again through a folder given twice, or one inside another
                 continue
-            visited.add(path.parent.resolve())
-            label = _label_of(path.parent, labels or {})
+            visited.add(folder)
+            label = _label_of(folder, labels or {})
             if finished(path.parent):
                 frame = _numbers(read_rows(path), path)
                 run_id = frame["run_id"].iloc[0]
@@ -125,10 +126,9 @@ def load(dirs: list[str], labels: dict[str, str] | None = None) -> tuple[pd.Data
 
 
 def _label_of(run: Path, labels: dict[str, str]) -> str | None:
-    """The name `--label` gives the data of `run`: that of the innermost labelled folder holding it, whatever order
-    the folders were given in (a folder reported inside another may carry its own label)."""
-    held = [(len(Path(folder).parts), name) for folder, name in labels.items()
-            if run.resolve().is_relative_to(folder)]
+    """The name `--label` gives the data of `run` (resolved): that of the innermost labelled folder holding it,
+    whatever order the folders were given in (a folder reported inside another may carry its own label)."""
+    held = [(len(Path(folder).parts), name) for folder, name in labels.items() if run.is_relative_to(folder)]
     return max(held)[1] if held else None
 
 
@@ -687,14 +687,15 @@ def main(argv=None) -> pd.DataFrame:
     args = ap.parse_args(argv)
     reported = {_folder(d) for d in args.dirs}
     labels: dict[str, str] = {}  # resolved folder -> name
-    given: dict[str, str] = {}  # resolved folder -> as given
+    unknown = set()
     for folder, name in (label_folder(label, reported) for label in args.label):
-        if labels.setdefault(_folder(folder), name) != name:
+        if _folder(folder) not in reported:
+            unknown.add(folder)
+        elif labels.setdefault(_folder(folder), name) != name:
             ap.error(f"--label names {folder} twice: {labels[_folder(folder)]} and {name}")
-        given.setdefault(_folder(folder), folder)
-    unknown = sorted(given[k] for k in labels if k not in reported)
     if unknown:
-        raise SystemExit(f"--label names a folder not reported: {', '.join(unknown)} (folders: {', '.join(args.dirs)})")
+        raise SystemExit(f"--label names a folder not reported: {', '.join(sorted(unknown))} (folders: "
+                         f"{', '.join(args.dirs)})")
     each_once(ap, "--link", map(link_name, args.link))
     above = next((p for p in [Path(args.out), *Path(args.out).parents] if p.exists()), None)
     if above is not None and not above.is_dir():
